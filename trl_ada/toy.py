@@ -1,0 +1,517 @@
+"""An offline toy task for adaptive-sampling RL on CPU: small-integer arithmetic with a tiny Qwen2 model.
+
+Everything here is built locally (no model hub): a byte-level BPE tokenizer with a ChatML template, a ~0.53M
+parameter Qwen2 model, a dataset of prompts such as ``47-8`` with their answers, a binary reward, and a cached
+supervised warm-up that stops once the model is *partly* right. The point of the warm-up is a policy whose
+per-prompt pass rates spread across (0, 1): prompts that are always or never solved give GRPO no gradient, so
+adaptive sampling has something to improve on.
+
+Typical use::
+
+    path = toy_model_dir()  # trains once (about a minute on 2 cores), then cached
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    train, heldout = toy_dataset_split(1024, 256)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pathlib
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import datasets
+import torch
+import transformers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+__all__ = [
+    "TOY_SYSTEM",
+    "TOY_VERSION",
+    "arithmetic_reward",
+    "build_toy_model",
+    "build_toy_tokenizer",
+    "make_arithmetic_dataset",
+    "per_prompt_pass_rates",
+    "sampled_accuracy",
+    "toy_dataset_split",
+    "toy_model_dir",
+]
+
+TOY_SYSTEM = None  # no system prompt: shorter prompts, and nothing for the tiny model to attend past
+# Bump whenever anything that changes the saved model changes (tokenizer, architecture, data, warm-up recipe):
+# it is part of the cache folder name, so stale caches are never reused.
+TOY_VERSION = "v1"
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+
+# Qwen2's pre-tokenizer regex. transformers 5 reloads any qwen2 model's tokenizer as Qwen2Tokenizer, which rebuilds
+# this exact pipeline (Split on the regex, then ByteLevel without its own regex) around the saved vocab and merges.
+# Training with the same pipeline keeps the in-memory and the reloaded tokenizer identical, and its `\p{N}` branch
+# isolates every digit, so no merge can ever join two digits.
+_QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+# Qwen-style ChatML (system messages are rendered if given, but none is added by default).
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+
+_MAX_POSITIONS = 128
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def build_toy_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """Train a tiny byte-level BPE tokenizer offline and wrap it with ChatML special tokens and chat template.
+
+    The vocabulary is the 256 byte symbols, the three special tokens and a handful of merges (role names): about
+    270 tokens. Digits are always single tokens. ``<|im_end|>`` is the EOS token and ``<|endoftext|>`` the padding.
+    """
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+
+    # The corpus is the chat-formatted task text with the special tokens left out: the BPE trainer would otherwise
+    # spend merges on fragments such as "<|" and "_start" that never occur outside the (atomic) special tokens.
+    rng = random.Random(12345)
+    corpus = []
+    for _ in range(400):
+        level = rng.choice((1, 2, 3))
+        expression, answer = _sample_problem(rng, level)
+        corpus.append(f"system\nuser\n{expression}\nassistant\n{answer}\n")
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,  # an upper bound: the corpus only supports a few merges
+        min_frequency=2,
+        special_tokens=[PAD_TOKEN, IM_START, IM_END],  # ids 0, 1, 2
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, so any text round-trips
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=None,
+        additional_special_tokens=[IM_START],
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=_MAX_POSITIONS,
+    )
+
+
+def build_toy_model(tokenizer: transformers.PreTrainedTokenizerBase, seed: int = 0) -> transformers.Qwen2ForCausalLM:
+    """Build a randomly initialised ~0.53M-parameter Qwen2 model sized to ``tokenizer`` (float32).
+
+    head_dim is 32 because vLLM's CPU attention rejects smaller head sizes, so the same folder also loads there.
+    The global torch RNG of the caller is left untouched.
+    """
+    config = transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        head_dim=32,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        tie_word_embeddings=True,
+        max_position_embeddings=_MAX_POSITIONS,
+        # Qwen has no BOS token in the text; like Qwen's configs, point bos at <|endoftext|>.
+        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = config.bos_token_id
+    return model
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Task: data and reward
+# --------------------------------------------------------------------------------------------------------------------
+
+Split = Literal["train", "eval"]
+
+
+def _sample_problem(rng: random.Random, level: int) -> tuple[str, str]:
+    """Draw one problem ``a op b`` (with a >= b, so answers are never negative) and return (expression, answer).
+
+    Level 1: 1-digit op 1-digit; level 2: 2-digit op 1-digit; level 3: 2-digit op 2-digit.
+    """
+    if level == 1:
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+    elif level == 2:
+        a, b = rng.randint(10, 99), rng.randint(0, 9)
+    elif level == 3:
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+    else:
+        raise ValueError(f"unknown level {level!r}; expected 1, 2 or 3")
+    a, b = max(a, b), min(a, b)
+    op = rng.choice("+-")
+    return f"{a}{op}{b}", str(a + b if op == "+" else a - b)
+
+
+def problem_split(expression: str) -> Split:
+    """Assign every problem for good to the "train" (~75%) or the "eval" (~25%) side of a fixed partition.
+
+    A stable hash (not Python's salted ``hash``) of the expression decides, so the split is the same in every process.
+    The warm-up never trains on "eval" problems, which keeps held-out numbers honest even for level 1, whose 110
+    distinct problems would otherwise all be seen in training.
+    """
+    return "eval" if zlib.crc32(expression.encode()) % 4 == 0 else "train"
+
+
+def _problem_stream(rng: random.Random, levels: Sequence[int], split: Split | None) -> Iterator[tuple[str, str, int]]:
+    """Yield (expression, answer, level) forever: a level uniformly from ``levels``, then a problem of that level."""
+    levels = tuple(levels)
+    if not levels:
+        raise ValueError("levels must not be empty")
+    while True:
+        level = rng.choice(levels)
+        expression, answer = _sample_problem(rng, level)
+        if split is None or problem_split(expression) == split:
+            yield expression, answer, level
+
+
+def make_arithmetic_dataset(
+    num_prompts: int, seed: int = 0, levels: tuple[int, ...] = (1, 2, 3), split: Split | None = None
+) -> datasets.Dataset:
+    """Return ``num_prompts`` random problems of mixed difficulty, deterministic given ``seed``.
+
+    Columns: ``prompt`` (conversational, ``[{"role": "user", "content": "47-8"}]``), ``answer`` (str, e.g. ``"39"``)
+    and ``level`` (int). Levels are drawn uniformly from ``levels``; problems may repeat (there are only 110 distinct
+    level-1 problems). ``split`` restricts the draws to one side of :func:`problem_split` (None: no restriction).
+    """
+    stream = _problem_stream(random.Random(seed), levels, split)
+    rows = [next(stream) for _ in range(num_prompts)]
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": expression}] for expression, _, _ in rows],
+            "answer": [answer for _, answer, _ in rows],
+            "level": [level for _, _, level in rows],
+        }
+    )
+
+
+def toy_dataset_split(
+    num_train: int, num_eval: int, seed: int = 0, levels: tuple[int, ...] = (1, 2, 3)
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Return (train, eval) datasets whose problems are disjoint (see :func:`problem_split`).
+
+    The eval problems are also disjoint from everything the warm-up trained on.
+    """
+    train = make_arithmetic_dataset(num_train, seed=seed, levels=levels, split="train")
+    heldout = make_arithmetic_dataset(num_eval, seed=seed + 1_000_003, levels=levels, split="eval")
+    return train, heldout
+
+
+# An integer, optionally negative; a "-" right after a digit is subtraction, not a sign ("47-8" -> 47, 8).
+_INTEGER = re.compile(r"(?<!\d)-?\d+")
+
+
+def _completion_text(completion: Any) -> str:
+    """Text of a completion given as a plain string or as a conversation (list of messages)."""
+    if isinstance(completion, str):
+        return completion
+    if not completion:
+        return ""
+    content = completion[-1].get("content", "")
+    return content if isinstance(content, str) else ""
+
+
+def arithmetic_reward(completions: Sequence[Any], answer: Sequence[str | int], **kwargs: Any) -> list[float]:
+    """TRL reward function: 1.0 if the last integer in a completion equals the answer, else 0.0.
+
+    ``completions`` may be strings or conversations (``[{"role": "assistant", "content": "39"}]``); ``answer`` is
+    the dataset column of the same name. Extra keyword arguments (prompts, trainer_state, ...) are ignored.
+    """
+    rewards = []
+    for completion, target in zip(completions, answer, strict=True):
+        numbers = _INTEGER.findall(_completion_text(completion))
+        rewards.append(1.0 if numbers and int(numbers[-1]) == int(target) else 0.0)
+    return rewards
+
+
+arithmetic_reward.__name__ = "arithmetic_reward"  # TRL logs rewards under the function's __name__
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def per_prompt_pass_rates(
+    model: transformers.PreTrainedModel,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    num_samples: int = 16,
+    max_new_tokens: int = 8,
+    seed: int = 0,
+    batch_size: int = 512,
+) -> list[float]:
+    """Sample ``num_samples`` completions per prompt (temperature 1.0, no top-k/top-p) and return each pass rate.
+
+    Sampling uses its own seeded RNG (the caller's global torch RNG is restored afterwards), so the result is
+    deterministic for a given model, dataset, seed and thread count. Sampling settings match GRPO's defaults.
+    """
+    prompts = tokenizer.apply_chat_template(list(dataset["prompt"]), add_generation_prompt=True, tokenize=False)
+    rows = [text for text in prompts for _ in range(num_samples)]  # each prompt's samples are contiguous
+    answers = [answer for answer in dataset["answer"] for _ in range(num_samples)]
+    rewards: list[float] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            for start in range(0, len(rows), batch_size):
+                batch = tokenizer(
+                    rows[start : start + batch_size],
+                    padding=True,
+                    padding_side="left",  # decoder-only generation continues from the right edge
+                    add_special_tokens=False,
+                    return_tensors="pt",
+                ).to(model.device)
+                output = model.generate(
+                    **batch,
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=tokenizer.eos_token_id,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+                rewards += arithmetic_reward(texts, answers[start : start + batch_size])
+    finally:
+        model.train(was_training)
+    return [sum(rewards[i : i + num_samples]) / num_samples for i in range(0, len(rewards), num_samples)]
+
+
+def sampled_accuracy(
+    model: transformers.PreTrainedModel,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    num_samples: int = 1,
+    max_new_tokens: int = 8,
+    seed: int = 0,
+) -> float:
+    """Mean reward of ``num_samples`` sampled completions (temperature 1.0) per prompt of ``dataset``."""
+    if len(dataset) == 0:
+        raise ValueError("sampled_accuracy needs a non-empty dataset")
+    rates = per_prompt_pass_rates(model, tokenizer, dataset, num_samples, max_new_tokens, seed)
+    return sum(rates) / len(rates)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Supervised warm-up
+# --------------------------------------------------------------------------------------------------------------------
+
+# The recipe is calibrated on 2 CPU cores (see the project notes): a larger lr learned slower or not at all.
+_WARMUP_BATCH_SIZE = 64
+_WARMUP_LR = 1.5e-3
+_WARMUP_CHECK_EVERY = 50
+_WARMUP_TARGET_ACCURACY = 0.40
+_WARMUP_MAX_STEPS = 3000
+_WARMUP_CHECK_PROMPTS = 64
+_WARMUP_CHECK_SAMPLES = 4  # 256 samples: a less noisy stopping signal than one sample per prompt, still ~0.2 s
+_WARMUP_CHECK_SEED = 777  # the fixed held-out check set (eval side of the split) and its sampling seed
+# Where learning "clicks" depends even on the thread count (float summation order), so fix it for reproducibility.
+_WARMUP_NUM_THREADS = 1
+
+
+def _log(message: str) -> None:
+    print(f"[trl_ada.toy] {message}", file=sys.stderr, flush=True)
+
+
+def _check_set() -> datasets.Dataset:
+    """The fixed held-out prompts the warm-up measures its stopping accuracy on."""
+    return make_arithmetic_dataset(_WARMUP_CHECK_PROMPTS, seed=_WARMUP_CHECK_SEED, split="eval")
+
+
+def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTrainedTokenizerBase, seed: int) -> dict:
+    """Train ``model`` in place on "prompt -> answer<|im_end|>" until the sampled held-out accuracy reaches the target.
+
+    Returns a summary (steps, accuracy, seconds, whether the step cap was hit).
+    """
+    torch.manual_seed(seed)
+    stream = _problem_stream(random.Random(seed + 2_000_003), (1, 2, 3), split="train")
+    check_set = _check_set()
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    prompt_cache: dict[str, list[int]] = {}  # ~7.5k distinct train problems: skip re-rendering the chat template
+
+    def encode(expression: str, answer: str) -> tuple[list[int], list[int]]:
+        if expression not in prompt_cache:
+            message = [{"role": "user", "content": expression}]
+            text = tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
+            prompt_cache[expression] = tokenizer.encode(text, add_special_tokens=False)
+        return prompt_cache[expression], [*tokenizer.encode(answer, add_special_tokens=False), eos_id]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=_WARMUP_LR)
+    model.train()
+    start, step, accuracy, loss_value = time.perf_counter(), 0, 0.0, math.nan
+    while step < _WARMUP_MAX_STEPS:
+        batch = [next(stream) for _ in range(_WARMUP_BATCH_SIZE)]
+        examples = [encode(expression, answer) for expression, answer, _ in batch]
+        length = max(len(p) + len(c) for p, c in examples)
+        input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        labels = torch.full_like(input_ids, -100)  # loss only on the completion tokens
+        for row, (prompt_ids, completion_ids) in enumerate(examples):
+            ids = prompt_ids + completion_ids
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step, loss_value = step + 1, loss.item()
+
+        if step % _WARMUP_CHECK_EVERY == 0:
+            accuracy = sampled_accuracy(model, tokenizer, check_set, num_samples=_WARMUP_CHECK_SAMPLES, seed=0)
+            elapsed = time.perf_counter() - start
+            _log(f"warm-up step {step:4d}  loss {loss_value:.4f}  held-out sampled acc {accuracy:.3f}  ({elapsed:.0f}s)")
+            if accuracy >= _WARMUP_TARGET_ACCURACY:
+                break
+    capped = accuracy < _WARMUP_TARGET_ACCURACY
+    if capped:
+        warnings.warn(
+            f"toy warm-up hit the {_WARMUP_MAX_STEPS}-step cap at held-out accuracy {accuracy:.3f} "
+            f"(< {_WARMUP_TARGET_ACCURACY}); saving it anyway",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    model.eval()
+    return {
+        "steps": step,
+        "final_loss": loss_value,
+        "check_accuracy": accuracy,
+        "seconds": round(time.perf_counter() - start, 2),
+        "hit_step_cap": capped,
+    }
+
+
+@contextlib.contextmanager
+def _num_threads(n: int) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Cached model folder
+# --------------------------------------------------------------------------------------------------------------------
+
+_MARKER = "toy_info.json"  # written last: its presence means the folder is complete
+
+
+def _cache_root(cache_dir: str | os.PathLike | None) -> pathlib.Path:
+    if cache_dir is not None:
+        return pathlib.Path(cache_dir)
+    if os.environ.get("TRL_ADA_CACHE"):
+        return pathlib.Path(os.environ["TRL_ADA_CACHE"])
+    return pathlib.Path.home() / ".cache" / "trl_ada"
+
+
+@contextlib.contextmanager
+def _file_lock(path: pathlib.Path) -> Iterator[None]:
+    """Serialise builders of the same folder across processes, so concurrent callers train once, not N times.
+
+    Correctness does not depend on it (the folder appears atomically); without fcntl (Windows) it is a no-op.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def toy_model_dir(cache_dir: str | os.PathLike | None = None, warmup: bool = True, seed: int = 0) -> pathlib.Path:
+    """Return a folder holding the saved toy model and tokenizer, building it on first use.
+
+    The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``.
+    It lives under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and is named after
+    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v1-seed0-warm``). ``warmup=False`` gives the
+    untrained random model; ``warmup=True`` the supervised warm-up that stops at held-out sampled accuracy >= 0.40.
+
+    The folder is written to a temporary sibling and renamed into place with the completion marker already inside,
+    so concurrent processes and interrupted runs never see a half-written folder.
+    """
+    root = _cache_root(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"toy-{TOY_VERSION}-seed{seed}-{'warm' if warmup else 'cold'}"
+    if (target / _MARKER).is_file():
+        return target
+
+    with _file_lock(root / f".{target.name}.lock"):
+        if (target / _MARKER).is_file():  # another process finished while we waited for the lock
+            return target
+        if target.exists():  # incomplete leftover (not produced by this code's atomic rename): replace it
+            shutil.rmtree(target)
+
+        start = time.perf_counter()
+        tokenizer = build_toy_tokenizer()
+        model = build_toy_model(tokenizer, seed=seed)
+        info: dict[str, Any] = {"version": TOY_VERSION, "seed": seed, "warmup": warmup}
+        if warmup:
+            _log(f"building {target} (supervised warm-up, stops at accuracy >= {_WARMUP_TARGET_ACCURACY})")
+            with _num_threads(_WARMUP_NUM_THREADS), torch.random.fork_rng(devices=[]):
+                info |= _warmup(model, tokenizer, seed)
+            _log(f"warm-up done: {info['steps']} steps, accuracy {info['check_accuracy']:.3f}, {info['seconds']:.0f}s")
+
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            info["build_seconds"] = round(time.perf_counter() - start, 2)
+            (tmp / _MARKER).write_text(json.dumps(info, indent=2) + "\n")
+            os.replace(tmp, target)  # atomic; fails if target exists (another process won a race the lock missed)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (target / _MARKER).is_file():
+                raise
+    return target

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import random
+import textwrap
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather, gather_object
+from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from .advantages import difficulty_weights, nan_mean_std, normalized_advantages
+from .config import ReinforceAdaConfig
+from .engine import Request, SamplingResult, Tally, downsample, sample_adaptively
+
+
+class ReinforceAdaTrainer(GRPOTrainer):
+    """
+    Trainer for Reinforce-Ada (https://huggingface.co/papers/2510.04996): GRPO with adaptive sampling.
+
+    Instead of `num_generations` completions per prompt, each training step samples in rounds: every round draws
+    `samples_per_round` more completions for the prompts still *active*, scores them, and retires a prompt once its
+    exit rule holds or its budget is spent. Each prompt's pool is then downsampled to `num_generations` completions
+    (half positive where it can) and the advantages use the whole pool's statistics.
+
+    Differences from [`~trl.GRPOTrainer`], all in training mode (evaluation is unchanged):
+
+    - `_generate` runs the rounds, each through GRPOTrainer's own `_generate` (transformers, vLLM colocate or vLLM
+      server), and returns exactly `num_generations` rows per prompt, in the original row order.
+    - `_calculate_rewards` returns the rewards already computed during the rounds: nothing is scored twice.
+    - `_generate_and_score_completions` replaces the group advantages with pool-level ones and logs `ada/*` metrics.
+    """
+
+    _tag_names = ["trl", "grpo", "reinforce-ada"]
+    _name = "Reinforce-Ada"
+    _paper = {
+        "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
+        "id": "2510.04996",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{xiong2025reinforceada,
+                title        = {{Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training}},
+                author       = {Wei Xiong and Chenlu Ye and Baohao Liao and Hanze Dong and Xinxing Xu and
+                                Christof Monz and Jiang Bian and Nan Jiang and Tong Zhang},
+                year         = 2025,
+                eprint       = {arXiv:2510.04996},
+            }"""),
+    }
+
+    def __init__(self, model, reward_funcs=None, args: ReinforceAdaConfig | None = None, **kwargs):
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = ReinforceAdaConfig(f"{model_name.split('/')[-1]}-Reinforce-Ada")
+        elif not isinstance(args, ReinforceAdaConfig):
+            raise TypeError(
+                f"ReinforceAdaTrainer needs a ReinforceAdaConfig, got {type(args).__name__}. "
+                "ReinforceAdaConfig accepts every GRPOConfig argument."
+            )
+        for unsupported in ("tools", "environment_factory"):
+            if kwargs.get(unsupported) is not None:
+                # TRL's tool loop indexes per-row state built for the original batch, which rounds of other sizes
+                # would misalign.
+                raise NotImplementedError(f"ReinforceAdaTrainer does not support `{unsupported}` yet.")
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        self.ada_schedule = args.schedule()
+        self._ada_inputs: list[dict[str, Any]] | None = None  # the dataset rows of the step being generated
+        self._ada_step: _AdaStep | None = None
+
+    # ------------------------------------------------------------------ seam 1: generation in rounds
+    def _generate(self, prompts: list):
+        if self._ada_inputs is None:  # evaluation
+            return super()._generate(prompts)
+        group_size = self.num_generations
+        starts = _group_starts(prompts, group_size)
+        unique_prompts = [prompts[s] for s in starts]
+        unique_inputs = [self._ada_inputs[s] for s in starts]
+        rollouts = _Rollouts(self.reward_weights)
+        parent_generate, parent_rewards = super()._generate, super()._calculate_rewards
+
+        def generate(requests: list[Request]) -> list[int]:
+            rows = [r.prompt_index for r in requests for _ in range(r.num_samples)]
+            run = self._common_run_length(requests)
+            padding = self._max_over_processes(len(rows)) - len(rows)
+            rows_padded = rows + [0] * padding  # a process with less to do still joins the collective calls
+            round_prompts = [unique_prompts[i] for i in rows_padded]
+            with self._num_generations_as(run):
+                output = parent_generate(round_prompts)
+            round_inputs = _merge_extra_fields([unique_inputs[i] for i in rows_padded], output[5])
+            rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
+            first = self.accelerator.process_index * len(rows_padded)  # the rewards come back gathered
+            rewards = rewards[first : first + len(rows_padded)]
+            return rollouts.add(output, rewards, self._pop_extra_logs(len(rows_padded)), keep=len(rows))
+
+        def score(requests: list[Request], handles: list[int]) -> list[float]:
+            return [rollouts.totals[h] for h in handles]
+
+        result = sample_adaptively(len(unique_prompts), self.ada_schedule, generate, score, self._any_process)
+        rng = random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{self.state.global_step}")
+        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng)] for pool in result.pools]
+        rows = [row for group in kept for row in group]
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows))
+        self._pending_extra_logs.update(rollouts.extra_logs(rows))
+        return rollouts.select(rows)
+
+    # ------------------------------------------------------------------ seam 2: no second scoring
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._ada_step is None:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return gather(self._ada_step.kept_rewards_per_func.to(self.accelerator.device))
+
+    # ------------------------------------------------------------------ seam 3: pool-level advantages
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        self._ada_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            step = self._ada_step
+        finally:
+            self._ada_inputs, self._ada_step = None, None
+        advantages, weights = self._pool_advantages(step)
+        output["advantages"] = advantages
+        self._log_step(step, advantages, weights)
+        return output
+
+    def _pool_advantages(self, step: _AdaStep) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.accelerator.device
+        kept = _total_reward(step.kept_rewards_per_func, self.reward_weights).view(-1, self.num_generations)
+        if self.args.advantage_baseline == "pool":
+            budget = self.ada_schedule.budget
+            reference = torch.tensor(
+                [p.rewards + [float("nan")] * (budget - len(p)) for p in step.result.pools], dtype=kept.dtype
+            ).view(-1, budget)
+        else:
+            reference = kept
+        baseline, std = nan_mean_std(reference)
+        if self.args.scale_rewards == "group":
+            scale = std
+        elif self.args.scale_rewards == "batch":  # std over every process's baseline set
+            scale = nan_mean_std(gather(reference.to(device)).flatten().cpu())[1]
+        else:
+            scale = None
+        pass_rate = torch.tensor([p.pass_rate for p in step.result.pools], dtype=kept.dtype)
+        weights = difficulty_weights(pass_rate, self.args.difficulty_weighting, self.args.max_difficulty_weight)
+        advantages = normalized_advantages(kept, baseline, scale, weights)
+        return advantages.flatten().to(device), weights
+
+    def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
+        tally = Tally.of(step.result.pools, weights.tolist())
+        if self.accelerator.num_processes > 1:
+            tally = sum(gather_object([tally]), Tally())
+        for name, value in tally.metrics(step.result.rounds).items():
+            self._metrics["train"][name].append(value)
+        # GRPOTrainer logged its group advantages for the completions table; show the ones actually used.
+        all_advantages = gather(advantages).tolist()
+        logged = self._logs["advantages"]
+        for _ in range(min(len(all_advantages), len(logged))):
+            logged.pop()
+        logged.extend(all_advantages)
+
+    # ------------------------------------------------------------------ multi-process agreement
+    def _any_process(self, local: bool) -> bool:
+        if self.accelerator.num_processes == 1:
+            return local
+        flags = gather(torch.tensor([int(local)], device=self.accelerator.device))
+        return bool(flags.any())
+
+    def _max_over_processes(self, value: int) -> int:
+        if self.accelerator.num_processes == 1:
+            return value
+        return int(gather(torch.tensor([value], device=self.accelerator.device)).max())
+
+    def _common_run_length(self, requests: list[Request]) -> int:
+        """Copies of a prompt that stand in a row. vLLM server mode takes every `num_generations`-th prompt and asks
+        for `n = num_generations` completions of each, so all processes must agree on the run length."""
+        sizes = {r.num_samples for r in requests}
+        if self.accelerator.num_processes > 1:
+            sizes = set().union(*gather_object([sizes]))
+        return sizes.pop() if len(sizes) == 1 else 1
+
+    @contextmanager
+    def _num_generations_as(self, run: int) -> Iterator[None]:
+        # GRPOTrainer._generate passes `self.num_generations` to the generation backend as the run length.
+        saved, self.num_generations = self.num_generations, run
+        try:
+            yield
+        finally:
+            self.num_generations = saved
+
+    def _pop_extra_logs(self, num_rows: int) -> dict[str, list]:
+        """Take the columns reward functions logged with `log_extra` this round, to keep only the kept rows'."""
+        logs = {k: v for k, v in self._pending_extra_logs.items() if len(v) == num_rows}
+        for key in logs:
+            del self._pending_extra_logs[key]
+        return logs
+
+
+@dataclass
+class _AdaStep:
+    result: SamplingResult
+    kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
+
+
+@dataclass
+class _Rollouts:
+    """What GRPOTrainer._generate returned, concatenated over rounds. A completion's handle is its row number."""
+
+    reward_weights: torch.Tensor
+    columns: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+    extra_fields: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+    logged: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+    rewards: list[torch.Tensor] = field(default_factory=list)  # per row: one reward per function
+    totals: list[float] = field(default_factory=list)  # per row: the weighted sum the exit rules look at
+    size: int = 0
+
+    _NAMES = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")
+
+    def add(self, output: tuple, rewards_per_func: torch.Tensor, logged: dict[str, list], keep: int) -> list[int]:
+        """Store the first `keep` rows of one round (the rest is padding) and return their handles."""
+        *columns, extra_fields, images, tool_images = output
+        columns = (*columns, images, tool_images or None)
+        for name, column in zip((*self._NAMES, "images", "tool_images"), columns, strict=True):
+            self.columns[name].extend(column[:keep] if column is not None else [None] * keep)
+        total_rows = len(rewards_per_func)
+        for key, values in extra_fields.items():
+            per_row = isinstance(values, list) and len(values) == total_rows
+            self.extra_fields[key].extend(values[:keep] if per_row else [values] * keep)
+        for key, values in logged.items():
+            self.logged[key].extend(values[:keep])
+        kept = rewards_per_func[:keep].cpu()
+        self.rewards.extend(kept)
+        self.totals.extend(_total_reward(kept, self.reward_weights).tolist())
+        handles = list(range(self.size, self.size + keep))
+        self.size += keep
+        return handles
+
+    def rewards_per_func(self, rows: list[int]) -> torch.Tensor:
+        return torch.stack([self.rewards[r] for r in rows])
+
+    def extra_logs(self, rows: list[int]) -> dict[str, list]:
+        return {key: [values[r] for r in rows] for key, values in self.logged.items()}
+
+    def select(self, rows: list[int]) -> tuple:
+        """The 8-tuple GRPOTrainer._generate returns, for the given rows."""
+        picked = {name: [column[r] for r in rows] for name, column in self.columns.items()}
+        none_if_empty = {name: None if all(v is None for v in values) else values for name, values in picked.items()}
+        extra_fields = {key: [values[r] for r in rows] for key, values in self.extra_fields.items()}
+        return (
+            picked["prompt_ids"],
+            picked["completion_ids"],
+            none_if_empty["tool_mask"],
+            picked["completions"],
+            none_if_empty["logprobs"],
+            extra_fields,
+            none_if_empty["images"],
+            none_if_empty["tool_images"] or [],
+        )
+
+
+def _total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted sum over reward functions; NaN when no function could score the completion (as in TRL)."""
+    total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def _group_starts(prompts: list, group_size: int) -> list[int]:
+    """First rows of the prompt groups: TRL's sampler repeats each prompt `num_generations` times in a row."""
+    if len(prompts) % group_size:
+        raise ValueError(f"This process got {len(prompts)} rows, not whole groups of num_generations={group_size}.")
+    starts = list(range(0, len(prompts), group_size))
+    for start in starts:
+        if any(prompts[start + j] != prompts[start] for j in range(1, group_size)):
+            raise ValueError(f"Rows {start}..{start + group_size - 1} are not one prompt repeated {group_size} times.")
+    return starts
+
+
+def _merge_extra_fields(inputs: list[dict], extra_fields: dict) -> list[dict]:
+    """Add fields returned by a `rollout_func` to the reward inputs, as GRPOTrainer does before scoring."""
+    if not extra_fields:
+        return inputs
+    merged = []
+    for i, row in enumerate(inputs):
+        row = dict(row)
+        for key, values in extra_fields.items():
+            row[key] = values[i] if isinstance(values, list) and i < len(values) else values
+        merged.append(row)
+    return merged
