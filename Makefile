@@ -1,0 +1,35 @@
+# `make demo` and `make test` set everything up from scratch on a fresh machine (Python >= 3.11 with venv).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU wheel on the project's machines; set TORCH="torch==<version>" (or TORCH=) to bring your own CUDA build.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint format clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH),$(PY) -m pip install --quiet "$(TORCH)")
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m trl_ada.demo
+
+# pytest exits 5 when it collects no test: report it, do not fail on it.
+test: $(STAMP)
+	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info

@@ -1,0 +1,319 @@
+"""ReinforceAdaTrainer on the offline toy model: real `trainer.train()` runs, checked against hand-worked numbers."""
+
+import math
+import random
+from collections import defaultdict
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import GRPOTrainer
+
+from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+
+pytestmark = pytest.mark.slow
+
+
+def keyed_dataset(keys):
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{k}?"}], "key": k} for k in keys])
+
+
+def make_trainer(model_dir, tmp_path, reward_funcs, dataset, trainer_cls=ReinforceAdaTrainer, **overrides):
+    settings = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=3,
+        max_steps=2,
+        seed=0,
+    )
+    settings.update(overrides)
+    args = ReinforceAdaConfig(**settings)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return trainer_cls(str(model_dir), reward_funcs, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def bernoulli_reward(probabilities, seed=0):
+    """A reward that ignores the completion: 1 with the probability of the row's key."""
+    rng = random.Random(seed)
+
+    def reward(completions, key, **kwargs):
+        return [float(rng.random() < probabilities[k]) for k in key]
+
+    return reward
+
+
+def ada_logs(trainer):
+    return [row for row in trainer.state.log_history if "ada/rounds" in row]
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# A scripted step, worked out by hand
+# -------------------------------------------------------------------------------------------------------------------
+
+# Rewards handed out per prompt, in the order its completions are scored (8 per round).
+SCRIPT = {
+    # round 1: 1 positive; round 2: 1 more -> 2 positives, 14 negatives: balanced rule met after 16 samples
+    "a": [1, 0, 0, 0, 0, 0, 0, 0] * 2,
+    # round 1: 6 positives, 2 negatives: met after 8 samples
+    "b": [1, 1, 0, 0, 1, 1, 1, 1],
+    # never right: budget (8 x 4 = 32) spent, unresolved but kept
+    "c": [0] * 32,
+}
+POOL_MEAN = {"a": 2 / 16, "b": 6 / 8, "c": 0.0}
+
+
+@pytest.fixture
+def scripted(toy_cold_dir, tmp_path):
+    calls = defaultdict(int)
+
+    def scripted_reward(completions, key, **kwargs):
+        rewards = []
+        for k in key:
+            rewards.append(float(SCRIPT[k][calls[k]]))
+            calls[k] += 1
+        return rewards
+
+    def run(**overrides):
+        trainer = make_trainer(
+            toy_cold_dir,
+            tmp_path,
+            scripted_reward,
+            keyed_dataset("abc"),
+            per_device_train_batch_size=12,
+            max_steps=1,
+            **overrides,
+        )
+        trainer.train()
+        return trainer, calls
+
+    return run
+
+
+def kept_rows(trainer):
+    """(key, reward, advantage) of every row handed to the loss, from the completions table TRL keeps."""
+    prompts = [p[-1]["content"].rstrip("?") for p in trainer._logs["prompt"]]
+    rewards = list(trainer._logs["rewards"]["scripted_reward"])
+    return list(zip(prompts, rewards, trainer._logs["advantages"], strict=True))
+
+
+def test_scripted_step_rounds_metrics_and_pool_advantages(scripted):
+    trainer, calls = scripted()
+    # Each completion scored exactly once: 16 + 8 + 32, nothing re-scored for the kept rows.
+    assert dict(calls) == {"a": 16, "b": 8, "c": 32}
+    (log,) = ada_logs(trainer)
+    assert log["ada/rounds"] == 4  # "c" keeps sampling to the end of its budget
+    assert log["ada/samples_per_prompt"] == pytest.approx((16 + 8 + 32) / 3)
+    assert log["ada/samples_per_prompt_max"] == 32
+    assert log["ada/frac_resolved"] == pytest.approx(2 / 3)
+    assert log["ada/frac_zero_std_first_round"] == pytest.approx(1 / 3)  # only "c" was all-equal in round 1
+    assert log["ada/pool_pass_rate"] == pytest.approx((2 / 16 + 6 / 8 + 0) / 3)
+    assert log["ada/difficulty_weight_mean"] == 1.0
+    assert log["frac_reward_zero_std"] == pytest.approx(1 / 3)  # TRL's own metric on the final groups
+
+    rows = kept_rows(trainer)
+    assert len(rows) == 12
+    for key in "abc":
+        mine = [(r, a) for k, r, a in rows if k == key]
+        assert len(mine) == 4
+        positives = sum(r == 1.0 for r, _ in mine)
+        assert positives == {"a": 2, "b": 2, "c": 0}[key]  # half positive where the pool allows
+        for reward, advantage in mine:
+            # Default: the authors' recipe A = r - pool mean, no std.
+            assert advantage == pytest.approx(reward - POOL_MEAN[key], abs=1e-6)
+
+
+def test_scripted_step_difficulty_weight_and_pool_std(scripted):
+    trainer, _ = scripted(difficulty_weighting="inv_sqrt_p", scale_rewards="group")
+    # Pool std (unbiased): "a" has 2 ones in 16 -> var = (2 * .875^2 + 14 * .125^2) / 15; "b" 6 in 8.
+    std = {"a": math.sqrt((2 * 0.875**2 + 14 * 0.125**2) / 15), "b": math.sqrt((6 * 0.25**2 + 2 * 0.75**2) / 7)}
+    # Weight 1/sqrt(p), p clamped at 1/16 so the weight never exceeds 4 ("c" has p = 0).
+    weight = {"a": 1 / math.sqrt(0.125), "b": 1 / math.sqrt(0.75), "c": 4.0}
+    (log,) = ada_logs(trainer)
+    assert log["ada/difficulty_weight_mean"] == pytest.approx(sum(weight.values()) / 3)
+    for key, reward, advantage in kept_rows(trainer):
+        if key == "c":
+            assert advantage == 0.0  # all-equal pool: zero advantage whatever the weight
+        else:
+            expected = weight[key] * (reward - POOL_MEAN[key]) / (std[key] + 1e-4)
+            assert advantage == pytest.approx(expected, rel=1e-5)
+
+
+def test_scripted_step_group_baseline(scripted):
+    trainer, _ = scripted(advantage_baseline="group")
+    for key, reward, advantage in kept_rows(trainer):
+        # Kept groups are 2 right / 2 wrong for "a" and "b": group mean 0.5.
+        expected = 0.0 if key == "c" else reward - 0.5
+        assert advantage == pytest.approx(expected, abs=1e-6)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Equivalence with GRPOTrainer, strategies, LoRA
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_one_round_group_baseline_matches_grpo_advantages(toy_cold_dir, tmp_path, monkeypatch):
+    parent_advantages, our_advantages = [], []
+    parent = GRPOTrainer._generate_and_score_completions
+
+    def spy_parent(self, inputs):
+        output = parent(self, inputs)
+        parent_advantages.append(output["advantages"].clone())  # what GRPOTrainer computed on our rows
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy_parent)
+
+    class Spy(ReinforceAdaTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            our_advantages.append(output["advantages"].clone())
+            return output
+
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward(dict.fromkeys("abcdefgh", 0.5)),
+        keyed_dataset("abcdefgh"),
+        trainer_cls=Spy,
+        per_device_train_batch_size=16,
+        max_rounds=1,
+        samples_per_round=4,
+        advantage_baseline="group",
+        scale_rewards="group",
+        max_steps=3,
+    )
+    trainer.train()
+    assert len(our_advantages) == len(parent_advantages) == 3
+    assert any(a.abs().sum() > 0 for a in our_advantages)  # the comparison is not between zeros
+    for ours, theirs in zip(our_advantages, parent_advantages, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["balanced", "positive", "uniform"])
+def test_train_each_strategy(toy_cold_dir, tmp_path, strategy):
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward({"a": 0.3, "b": 0.9}),
+        keyed_dataset("ab"),
+        sampling_strategy=strategy,
+        learning_rate=1e-2,
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    logs = ada_logs(trainer)
+    assert len(logs) == 2
+    for log in logs:
+        if strategy == "uniform":
+            assert log["ada/rounds"] == 1 and log["ada/samples_per_prompt"] == 4
+        else:
+            assert 1 <= log["ada/rounds"] <= 4
+            assert 8 <= log["ada/samples_per_prompt"] <= log["ada/samples_per_prompt_max"] <= 32
+    changed = any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    assert changed, "no parameter moved: the loss never saw a non-zero advantage"
+
+
+def test_train_with_lora(toy_cold_dir, tmp_path):
+    from peft import LoraConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)
+    args = ReinforceAdaConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=3,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+    )
+    trainer = ReinforceAdaTrainer(
+        str(toy_cold_dir),
+        bernoulli_reward({"a": 0.5, "b": 0.5}),
+        args=args,
+        train_dataset=keyed_dataset("ab"),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    params = dict(trainer.model.named_parameters())
+    lora = {n: p.detach().clone() for n, p in params.items() if "lora_B" in n}
+    base = {n: p.detach().clone() for n, p in params.items() if "lora_" not in n}
+    assert lora and all(not params[n].requires_grad for n in base)
+    trainer.train()
+    params = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(lora[n], params[n]) for n in lora), "LoRA weights did not train"
+    assert all(torch.equal(base[n], params[n]) for n in base), "base weights moved under LoRA"
+    assert len(ada_logs(trainer)) == 2
+
+
+def test_eval_mode_is_plain_grpo(toy_cold_dir, tmp_path):
+    scored = []
+    reward = bernoulli_reward({"a": 0.5, "b": 0.5})
+
+    def counting_reward(completions, key, **kwargs):
+        scored.append(len(completions))
+        return reward(completions, key)
+
+    trainer = make_trainer(toy_cold_dir, tmp_path, counting_reward, keyed_dataset("ab"), per_device_eval_batch_size=8)
+    metrics = trainer.evaluate(keyed_dataset("ab"))
+    # One generation of num_generations per prompt, scored once, no rounds and no Ada metrics.
+    assert scored == [8]
+    assert "eval_reward" in metrics
+    assert not any("ada/" in k for k in metrics)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Statistics of the logged metrics against the closed form
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def positive_rule_distribution(p, round_size=8, rounds=4):
+    """Samples drawn under "stop at the first positive", in rounds: {samples: probability}, resolved probability."""
+    miss_round = (1 - p) ** round_size
+    dist = {round_size * r: miss_round ** (r - 1) * (1 - miss_round) for r in range(1, rounds)}
+    dist[round_size * rounds] = miss_round ** (rounds - 1)
+    return dist, 1 - miss_round**rounds
+
+
+def test_logged_samples_and_resolution_match_closed_form(toy_cold_dir, tmp_path):
+    probabilities = {"a": 0.0, "b": 0.1, "c": 0.5, "d": 1.0}
+    steps = 30
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward(probabilities, seed=1),
+        keyed_dataset("abcd"),
+        sampling_strategy="positive",
+        per_device_train_batch_size=16,  # one of each prompt per step
+        max_completion_length=2,
+        max_steps=steps,
+        learning_rate=0.0,
+    )
+    trainer.train()
+    logs = ada_logs(trainer)
+    assert len(logs) == steps
+
+    mean_samples = var_samples = mean_resolved = var_resolved = 0.0
+    for p in probabilities.values():
+        dist, resolved = positive_rule_distribution(p)
+        mean = sum(n * q for n, q in dist.items())
+        mean_samples += mean / 4
+        var_samples += sum((n - mean) ** 2 * q for n, q in dist.items()) / 16
+        mean_resolved += resolved / 4
+        var_resolved += resolved * (1 - resolved) / 16
+    # Each step logs the mean over 4 independent prompts; average over the steps, allow 5 standard errors.
+    observed_samples = sum(log["ada/samples_per_prompt"] for log in logs) / steps
+    observed_resolved = sum(log["ada/frac_resolved"] for log in logs) / steps
+    assert abs(observed_samples - mean_samples) <= 5 * math.sqrt(var_samples / steps) + 1e-9
+    assert abs(observed_resolved - mean_resolved) <= 5 * math.sqrt(var_resolved / steps) + 1e-9
+    # Prompts that can never resolve spend the whole budget in every step.
+    assert all(log["ada/samples_per_prompt_max"] == 32 for log in logs)
