@@ -1,0 +1,38 @@
+"""Two processes whose prompts resolve at different rounds: no hang, same rounds, same rows per generation call."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
+    script = Path(__file__).with_name("mp_rounds.py")
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        # accelerate's --cpu launcher starts one process without MPI; --multi_gpu goes through torch.distributed.run,
+        # and use_cpu=True in the config then trains on CPU over gloo.
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        str(script), str(tmp_path), str(toy_cold_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    # 2 steps x 4 rounds, each call with 2 prompts x 8 samples: rank 0 (done after round 1) pads to match rank 1.
+    assert ranks[0]["rows_per_call"] == ranks[1]["rows_per_call"] == [16] * 8
+    for rank in ranks:
+        assert len(rank["logs"]) == 2
+        for log in rank["logs"]:
+            # Global over both ranks: rank 0's prompts drew 8 samples and resolved, rank 1's drew 32 and did not.
+            assert log["ada/rounds"] == 4
+            assert log["ada/samples_per_prompt"] == pytest.approx(20.0)
+            assert log["ada/samples_per_prompt_max"] == 32
+            assert log["ada/frac_resolved"] == pytest.approx(0.5)
+    assert ranks[0]["logs"] == ranks[1]["logs"]
