@@ -55,6 +55,7 @@ trainer = ReinforceAdaTrainer(
     processing_class=AutoTokenizer.from_pretrained(model_dir),
 )
 trainer.train()
-logs = [{k: v for k, v in row.items() if k.startswith("ada/")} for row in trainer.state.log_history if "ada/rounds" in row]
+logs = [{k: v for k, v in row.items() if k.startswith("ada/")} for row in trainer.state.log_history]
+logs = [row for row in logs if row]
 with open(f"{out_dir}/rank{rank}.json", "w") as f:
     json.dump({"rows_per_call": rows_per_call, "logs": logs}, f)

@@ -686,7 +686,9 @@ def test_tally_addition_property(split, rewards):
     assert total.samples == sum(len(r) for r in rewards)
     assert total.max_samples == max((len(r) for r in rewards), default=0)
     assert total.resolved == (len(pools) + 1) // 2
-    rates = [sum(x > 0.5 for x in r if not math.isnan(x)) / n for r in rewards if (n := sum(not math.isnan(x) for x in r))]
+    rates = [
+        sum(x > 0.5 for x in r if not math.isnan(x)) / n for r in rewards if (n := sum(not math.isnan(x) for x in r))
+    ]
     assert total.pass_rate_count == len(rates)
     assert total.pass_rate_sum == pytest.approx(sum(rates))
 

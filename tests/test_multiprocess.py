@@ -17,7 +17,8 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
         sys.executable, "-m", "accelerate.commands.launch",
         # accelerate's --cpu launcher starts one process without MPI; --multi_gpu goes through torch.distributed.run,
         # and use_cpu=True in the config then trains on CPU over gloo.
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
         str(script), str(tmp_path), str(toy_cold_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

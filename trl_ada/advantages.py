@@ -39,7 +39,9 @@ def difficulty_weights(pass_rate: torch.Tensor, scheme: str = "none", max_weight
         weights = pass_rate.clamp(min=1.0 / max_weight).reciprocal()
     else:
         raise ValueError(f"Unknown difficulty weighting {scheme!r}; expected one of {WEIGHTINGS}.")
-    return torch.nan_to_num(weights, nan=1.0)
+    # Rounding in the clamped 1/max_weight**2 (or 1/max_weight) can push the weight an ulp above the cap (a cap of 7
+    # gave 7.0000005 in float32): clamp the weight itself too.
+    return torch.nan_to_num(weights.clamp(max=max_weight), nan=1.0)
 
 
 def normalized_advantages(
