@@ -61,13 +61,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/demo")
     parser.add_argument("--cache-dir", default=None, help="where the toy model is cached (default ~/.cache/trl_ada)")
+    parser.add_argument("--no-warmup", action="store_true", help="start from the untrained model (smoke tests)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     start = time.perf_counter()
-    model_dir = toy_model_dir(args.cache_dir)
+    model_dir = toy_model_dir(args.cache_dir, warmup=not args.no_warmup)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     train, heldout = toy_dataset_split(args.steps * args.prompts_per_step, args.heldout, seed=args.seed)
