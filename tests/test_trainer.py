@@ -317,3 +317,49 @@ def test_logged_samples_and_resolution_match_closed_form(toy_cold_dir, tmp_path)
     assert abs(observed_resolved - mean_resolved) <= 5 * math.sqrt(var_resolved / steps) + 1e-9
     # Prompts that can never resolve spend the whole budget in every step.
     assert all(log["ada/samples_per_prompt_max"] == 32 for log in logs)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Row bookkeeping with a backend that returns sampling log-probs (as vLLM does)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_kept_rows_keep_their_completion_reward_and_sampling_logprobs(toy_cold_dir, tmp_path, monkeypatch):
+    """Replace the backend by one that tags each completion's log-probs with its token ids, as vLLM returns
+    log-probs: every row handed to the loss must carry its own completion, reward and log-probs."""
+    rng = random.Random(0)
+
+    def fake_backend(self, prompts):
+        prompt_ids = self._tokenize_prompts(prompts)[0]
+        completion_ids = [[rng.randrange(30, 90) for _ in range(rng.randrange(1, 4))] for _ in prompts]
+        logprobs = [[-token / 1000 for token in ids] for ids in completion_ids]
+        texts = self.processing_class.batch_decode(completion_ids)
+        completions = [[{"role": "assistant", "content": text}] for text in texts]
+        return prompt_ids, completion_ids, None, completions, logprobs, {}, None, []
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", fake_backend)
+
+    def even_first_token(completion_ids, **kwargs):
+        return [float(ids[0] % 2 == 0) for ids in completion_ids]
+
+    outputs = []
+
+    class Spy(ReinforceAdaTrainer):
+        def _generate_and_score_completions(self, inputs):
+            outputs.append(super()._generate_and_score_completions(inputs))
+            return outputs[-1]
+
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path, even_first_token, keyed_dataset("abcd"), trainer_cls=Spy, per_device_train_batch_size=8
+    )
+    trainer.train()
+    assert outputs
+    for output in outputs:
+        ids, mask = output["completion_ids"], output["completion_mask"].bool()
+        logps = output["sampling_per_token_logps"]
+        torch.testing.assert_close(logps[mask], -ids[mask].float() / 1000)
+        rewards = (ids[:, 0] % 2 == 0).float().view(-1, 4)
+        advantages = output["advantages"].view(-1, 4)
+        for group_rewards, group_advantages in zip(rewards, advantages, strict=True):
+            if 0 < group_rewards.sum() < 4:  # mixed group: right answers above the pool mean, wrong ones below
+                assert torch.all((group_advantages > 0) == (group_rewards == 1))
