@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,12 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
     script = Path(__file__).with_name("mp_rounds.py")
     command = [
@@ -18,7 +25,7 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
         # accelerate's --cpu launcher starts one process without MPI; --multi_gpu goes through torch.distributed.run,
         # and use_cpu=True in the config then trains on CPU over gloo.
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(script), str(tmp_path), str(toy_cold_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
