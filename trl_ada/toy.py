@@ -8,7 +8,7 @@ adaptive sampling has something to improve on.
 
 Typical use::
 
-    path = toy_model_dir()  # trains once (about a minute on 2 cores), then cached
+    path = toy_model_dir()  # trains once (~25-50 s on 2 cores), then cached
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     train, heldout = toy_dataset_split(1024, 256)
@@ -53,7 +53,7 @@ __all__ = [
 TOY_SYSTEM = None  # no system prompt: shorter prompts, and nothing for the tiny model to attend past
 # Bump whenever anything that changes the saved model changes (tokenizer, architecture, data, warm-up recipe):
 # it is part of the cache folder name, so stale caches are never reused.
-TOY_VERSION = "v1"
+TOY_VERSION = "v2"  # v2: gradient clipping and 2 threads in the warm-up
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -81,87 +81,7 @@ CHATML_TEMPLATE = (
 _MAX_POSITIONS = 128
 
 # --------------------------------------------------------------------------------------------------------------------
-# Tokenizer and model
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def build_toy_tokenizer() -> transformers.PreTrainedTokenizerFast:
-    """Train a tiny byte-level BPE tokenizer offline and wrap it with ChatML special tokens and chat template.
-
-    The vocabulary is the 256 byte symbols, the three special tokens and a handful of merges (role names): about
-    270 tokens. Digits are always single tokens. ``<|im_end|>`` is the EOS token and ``<|endoftext|>`` the padding.
-    """
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-
-    # The corpus is the chat-formatted task text with the special tokens left out: the BPE trainer would otherwise
-    # spend merges on fragments such as "<|" and "_start" that never occur outside the (atomic) special tokens.
-    rng = random.Random(12345)
-    corpus = []
-    for _ in range(400):
-        level = rng.choice((1, 2, 3))
-        expression, answer = _sample_problem(rng, level)
-        corpus.append(f"system\nuser\n{expression}\nassistant\n{answer}\n")
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,  # an upper bound: the corpus only supports a few merges
-        min_frequency=2,
-        special_tokens=[PAD_TOKEN, IM_START, IM_END],  # ids 0, 1, 2
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, so any text round-trips
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus, trainer=trainer)
-
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token=IM_END,
-        pad_token=PAD_TOKEN,
-        unk_token=None,
-        additional_special_tokens=[IM_START],
-        chat_template=CHATML_TEMPLATE,
-        model_max_length=_MAX_POSITIONS,
-    )
-
-
-def build_toy_model(tokenizer: transformers.PreTrainedTokenizerBase, seed: int = 0) -> transformers.Qwen2ForCausalLM:
-    """Build a randomly initialised ~0.53M-parameter Qwen2 model sized to ``tokenizer`` (float32).
-
-    head_dim is 32 because vLLM's CPU attention rejects smaller head sizes, so the same folder also loads there.
-    The global torch RNG of the caller is left untouched.
-    """
-    config = transformers.Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        head_dim=32,
-        num_key_value_heads=2,
-        intermediate_size=512,
-        tie_word_embeddings=True,
-        max_position_embeddings=_MAX_POSITIONS,
-        # Qwen has no BOS token in the text; like Qwen's configs, point bos at <|endoftext|>.
-        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype="float32",
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = transformers.Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = config.bos_token_id
-    return model
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Task: data and reward
+# Task: problems, datasets and reward
 # --------------------------------------------------------------------------------------------------------------------
 
 Split = Literal["train", "eval"]
@@ -270,8 +190,96 @@ arithmetic_reward.__name__ = "arithmetic_reward"  # TRL logs rewards under the f
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def build_toy_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """Train a tiny byte-level BPE tokenizer offline and wrap it with ChatML special tokens and chat template.
+
+    The vocabulary is the 256 byte symbols, the three special tokens and a handful of merges (role names): about
+    270 tokens. Digits are always single tokens. ``<|im_end|>`` is the EOS token and ``<|endoftext|>`` the padding.
+    """
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+
+    # The corpus is the chat-formatted task text with the special tokens left out: the BPE trainer would otherwise
+    # spend merges on fragments such as "<|" and "_start" that never occur outside the (atomic) special tokens.
+    rng = random.Random(12345)
+    corpus = []
+    for _ in range(400):
+        level = rng.choice((1, 2, 3))
+        expression, answer = _sample_problem(rng, level)
+        corpus.append(f"system\nuser\n{expression}\nassistant\n{answer}\n")
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,  # an upper bound: the corpus only supports a few merges
+        min_frequency=2,
+        special_tokens=[PAD_TOKEN, IM_START, IM_END],  # ids 0, 1, 2
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, so any text round-trips
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=None,
+        additional_special_tokens=[IM_START],
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=_MAX_POSITIONS,
+    )
+
+
+def build_toy_model(tokenizer: transformers.PreTrainedTokenizerBase, seed: int = 0) -> transformers.Qwen2ForCausalLM:
+    """Build a randomly initialised ~0.53M-parameter Qwen2 model sized to ``tokenizer`` (float32).
+
+    head_dim is 32 because vLLM's CPU attention rejects smaller head sizes, so the same folder also loads there.
+    The global torch RNG of the caller is left untouched.
+    """
+    config = transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        head_dim=32,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        tie_word_embeddings=True,
+        max_position_embeddings=_MAX_POSITIONS,
+        # Qwen has no BOS token in the text; like Qwen's configs, point bos at <|endoftext|>.
+        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = config.bos_token_id
+    return model
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """Fork the CPU RNG, and the GPU's if ``device`` is one, so that seeding inside never leaks out to the caller."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.random.fork_rng(devices=[index])
+    return torch.random.fork_rng(devices=[])
 
 
 def per_prompt_pass_rates(
@@ -295,7 +303,7 @@ def per_prompt_pass_rates(
     was_training = model.training
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with _fork_rng(model.device), torch.no_grad():
             torch.manual_seed(seed)
             for start in range(0, len(rows), batch_size):
                 batch = tokenizer(
@@ -346,12 +354,16 @@ _WARMUP_BATCH_SIZE = 64
 _WARMUP_LR = 1.5e-3
 _WARMUP_CHECK_EVERY = 50
 _WARMUP_TARGET_ACCURACY = 0.40
+# Clipping made the step where learning clicks less seed-dependent: on 2 cores, steps to the target for seeds 0, 1, 2,
+# 4 were 600, 1000, 1050, 1050 with clipping and 2900, 950, 1250, 1650 without.
+_WARMUP_MAX_GRAD_NORM = 1.0
 _WARMUP_MAX_STEPS = 3000
 _WARMUP_CHECK_PROMPTS = 64
 _WARMUP_CHECK_SAMPLES = 4  # 256 samples: a less noisy stopping signal than one sample per prompt, still ~0.2 s
-_WARMUP_CHECK_SEED = 777  # the fixed held-out check set (eval side of the split) and its sampling seed
-# Where learning "clicks" depends even on the thread count (float summation order), so fix it for reproducibility.
-_WARMUP_NUM_THREADS = 1
+_WARMUP_CHECK_SEED = 777  # picks the fixed held-out check set (eval side of the split); sampling uses seed 0
+# Where learning "clicks" is sensitive to tiny numeric differences, and the thread count can change the float
+# summation order, so it is fixed. 1 and 2 threads gave bitwise-identical losses here; 2 runs ~38 ms/step, 1 ~58 ms.
+_WARMUP_NUM_THREADS = 2
 
 
 def _log(message: str) -> None:
@@ -398,6 +410,7 @@ def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTra
             labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), _WARMUP_MAX_GRAD_NORM)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step, loss_value = step + 1, loss.item()
@@ -405,7 +418,7 @@ def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTra
         if step % _WARMUP_CHECK_EVERY == 0:
             accuracy = sampled_accuracy(model, tokenizer, check_set, num_samples=_WARMUP_CHECK_SAMPLES, seed=0)
             elapsed = time.perf_counter() - start
-            _log(f"warm-up step {step:4d}  loss {loss_value:.4f}  held-out sampled acc {accuracy:.3f}  ({elapsed:.0f}s)")
+            _log(f"warm-up step {step:4d} loss {loss_value:.4f} held-out sampled acc {accuracy:.3f} ({elapsed:.0f}s)")
             if accuracy >= _WARMUP_TARGET_ACCURACY:
                 break
     capped = accuracy < _WARMUP_TARGET_ACCURACY
@@ -475,7 +488,7 @@ def toy_model_dir(cache_dir: str | os.PathLike | None = None, warmup: bool = Tru
 
     The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``.
     It lives under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and is named after
-    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v1-seed0-warm``). ``warmup=False`` gives the
+    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``). ``warmup=False`` gives the
     untrained random model; ``warmup=True`` the supervised warm-up that stops at held-out sampled accuracy >= 0.40.
 
     The folder is written to a temporary sibling and renamed into place with the completion marker already inside,
@@ -505,6 +518,7 @@ def toy_model_dir(cache_dir: str | os.PathLike | None = None, warmup: bool = Tru
 
         tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
         try:
+            tmp.chmod(0o755)  # mkdtemp creates it private; the cache may be shared
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             info["build_seconds"] = round(time.perf_counter() - start, 2)
