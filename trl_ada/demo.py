@@ -1,6 +1,6 @@
 """The main job: a real Reinforce-Ada training run on the built-in toy task, on CPU, in a few minutes.
 
-    python -m trl_ada.demo [--steps 40] [--strategy balanced] [--output-dir outputs/demo]
+    python -m trl_ada.demo [--steps 100] [--strategy balanced] [--output-dir outputs/demo]
 
 It warms a tiny Qwen2 model up on small-integer arithmetic (once, then cached), trains it with
 `ReinforceAdaTrainer`, prints the Ada metrics of every step and ends with a summary: held-out accuracy before and
@@ -50,7 +50,7 @@ class PrintAdaMetrics(TrainerCallback):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps")
     parser.add_argument("--strategy", default="balanced", choices=["balanced", "positive", "uniform"])
     parser.add_argument("--prompts-per-step", type=int, default=16)
     parser.add_argument("--num-generations", type=int, default=4, help="group size handed to the loss")
