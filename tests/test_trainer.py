@@ -363,3 +363,51 @@ def test_kept_rows_keep_their_completion_reward_and_sampling_logprobs(toy_cold_d
         for group_rewards, group_advantages in zip(rewards, advantages, strict=True):
             if 0 < group_rewards.sum() < 4:  # mixed group: right answers above the pool mean, wrong ones below
                 assert torch.all((group_advantages > 0) == (group_rewards == 1))
+
+
+class FakeVLLMServer:
+    """Stands in for TRL's `VLLMGeneration` in server mode, on one process. Like the real one, it generates only for
+    every `num_generations`-th prompt and returns `num_generations` completions of each, so the rows it is handed
+    must be runs of identical prompts; it checks that they are."""
+
+    def __init__(self):
+        self.rng = random.Random(0)
+        self.calls, self.syncs = [], 0
+
+    def sync_weights(self):
+        self.syncs += 1
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        unique = prompts[::num_generations]
+        for i, prompt in enumerate(unique):
+            run = prompts[i * num_generations : (i + 1) * num_generations]
+            assert all(p == prompt for p in run), "a run of rows mixes prompts: the server would mislabel them"
+        self.calls.append((len(prompts), num_generations))
+        completion_ids = [[self.rng.randrange(30, 90), 2] for _ in range(len(prompts))]
+        logprobs = [[[-token / 1000] for token in ids] for ids in completion_ids]  # top-1 log-prob per token
+        return [p for p in unique for _ in range(num_generations)], completion_ids, logprobs, None
+
+
+def test_vllm_server_generation_path_with_rounds(toy_cold_dir, tmp_path):
+    """GRPOTrainer's vLLM branch (weight sync once per step, stride de-duplication, sampling log-probs and the
+    importance-sampling correction) driven by the rounds, with the server replaced by a stand-in."""
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward({"a": 0.0, "b": 0.5}),
+        keyed_dataset("ab"),
+        sampling_strategy="positive",
+        max_steps=2,
+    )
+    server = FakeVLLMServer()
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, server, -1
+    trainer.train()
+    logs = ada_logs(trainer)
+    assert [log["ada/rounds"] for log in logs] == [4, 4]  # "a" never resolves
+    # A round is one run of samples_per_round = 8 copies per active prompt, with n = 8: two runs in round 1, then
+    # one or two (while "b" has no positive yet).
+    assert all(n == 8 and rows in (8, 16) for rows, n in server.calls)
+    assert len(server.calls) == 8
+    assert server.syncs == 2  # once per optimizer step, not once per round
+    is_ratio = [row for row in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in row]
+    assert len(is_ratio) == 2
