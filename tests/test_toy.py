@@ -24,10 +24,10 @@ ROUND_TRIP_TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cold_dir(tmp_path_factory: pytest.TempPathFactory):
-    """An untrained toy model folder in a private cache (fast: no warm-up)."""
-    return toy.toy_model_dir(tmp_path_factory.mktemp("cache"), warmup=False)
+@pytest.fixture
+def cold_dir(toy_cold_dir):
+    """The session's untrained toy model folder, in a private cache (see conftest.py)."""
+    return toy_cold_dir
 
 
 @pytest.fixture(scope="module")
