@@ -19,7 +19,7 @@ def keyed_dataset(keys):
     return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{k}?"}], "key": k} for k in keys])
 
 
-def make_trainer(model_dir, tmp_path, reward_funcs, dataset, trainer_cls=ReinforceAdaTrainer, **overrides):
+def make_trainer(model_dir, tmp_path, reward_funcs, dataset, trainer_cls=ReinforceAdaTrainer, tools=None, **overrides):
     settings = dict(
         output_dir=str(tmp_path),
         use_cpu=True,
@@ -36,7 +36,9 @@ def make_trainer(model_dir, tmp_path, reward_funcs, dataset, trainer_cls=Reinfor
     settings.update(overrides)
     args = ReinforceAdaConfig(**settings)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return trainer_cls(str(model_dir), reward_funcs, args=args, train_dataset=dataset, processing_class=tokenizer)
+    return trainer_cls(
+        str(model_dir), reward_funcs, args=args, train_dataset=dataset, processing_class=tokenizer, tools=tools
+    )
 
 
 def bernoulli_reward(probabilities, seed=0):
@@ -411,3 +413,40 @@ def test_vllm_server_generation_path_with_rounds(toy_cold_dir, tmp_path):
     assert server.syncs == 2  # once per optimizer step, not once per round
     is_ratio = [row for row in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in row]
     assert len(is_ratio) == 2
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Clear errors
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_rejects_a_plain_grpo_config_and_unsupported_features(toy_cold_dir, tmp_path):
+    from trl import GRPOConfig
+
+    grpo_args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    with pytest.raises(TypeError, match="ReinforceAdaConfig"):
+        ReinforceAdaTrainer(str(toy_cold_dir), bernoulli_reward({"a": 1.0}), args=grpo_args)
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: first
+            b: second
+        """
+        return a + b
+
+    with pytest.raises(NotImplementedError, match="tools"):
+        make_trainer(toy_cold_dir, tmp_path, bernoulli_reward({"a": 1.0}), keyed_dataset("a"), tools=[add])
+
+
+def test_rows_must_hold_whole_prompt_groups():
+    from trl_ada.trainer import _group_starts
+
+    prompt = [{"role": "user", "content": "1+1"}]
+    other = [{"role": "user", "content": "2+2"}]
+    assert _group_starts([prompt] * 4 + [other] * 4, 4) == [0, 4]
+    with pytest.raises(ValueError, match="not whole groups"):
+        _group_starts([prompt] * 6, 4)
+    with pytest.raises(ValueError, match="not one prompt repeated"):
+        _group_starts([prompt] * 3 + [other] * 5, 4)
