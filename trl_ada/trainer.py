@@ -72,6 +72,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ seam 1: generation in rounds
     def _generate(self, prompts: list):
+        """In training, run the rounds for the batch's prompts and return `num_generations` kept rows per prompt."""
         if self._ada_inputs is None:  # evaluation
             return super()._generate(prompts)
         group_size = self.num_generations
@@ -108,12 +109,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ seam 2: no second scoring
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """In training, the kept rows' rewards were computed during the rounds: return them, gathered."""
         if self._ada_step is None:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return gather(self._ada_step.kept_rewards_per_func.to(self.accelerator.device))
 
     # ------------------------------------------------------------------ seam 3: pool-level advantages
     def _generate_and_score_completions(self, inputs):
+        """GRPOTrainer's step, with the rows' pool-level advantages in place of the group ones."""
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         self._ada_inputs = inputs
