@@ -214,6 +214,8 @@ def test_train_each_strategy(toy_cold_dir, tmp_path, strategy):
     for log in logs:
         if strategy == "uniform":
             assert log["ada/rounds"] == 1 and log["ada/samples_per_prompt"] == 4
+            # One round of num_generations is the final group: our zero-std count must equal TRL's.
+            assert log["ada/frac_zero_std_first_round"] == log["frac_reward_zero_std"]
         else:
             assert 1 <= log["ada/rounds"] <= 4
             assert 8 <= log["ada/samples_per_prompt"] <= log["ada/samples_per_prompt_max"] <= 32
