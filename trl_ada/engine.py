@@ -215,7 +215,7 @@ def sample_adaptively(
     active = list(range(num_prompts))
     rounds = 0
     while rounds < schedule.max_rounds and any_active(bool(active)):
-        requests = [Request(i, min(schedule.samples_per_round, schedule.budget - len(pools[i]))) for i in active]
+        requests = [Request(i, schedule.samples_per_round) for i in active]
         handles = generate(requests)
         rewards = list(score(requests, handles))
         expected = sum(r.num_samples for r in requests)
