@@ -19,6 +19,8 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from . import ReinforceAdaConfig, ReinforceAdaTrainer
 from .toy import arithmetic_reward, sampled_accuracy, toy_dataset_split, toy_model_dir
 
+HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the accuracy report
+
 COLUMNS = {  # metric -> (header, format)
     "reward": ("reward", "{:6.3f}"),
     "ada/rounds": ("rounds", "{:6.0f}"),
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     train, heldout = toy_dataset_split(args.steps * args.prompts_per_step, args.heldout, seed=args.seed)
-    accuracy_before = sampled_accuracy(model, tokenizer, heldout, num_samples=4, seed=args.seed)
+    accuracy_before = sampled_accuracy(model, tokenizer, heldout, num_samples=HELDOUT_SAMPLES, seed=args.seed)
     print(f"toy model: {model_dir}  held-out sampled accuracy before RL: {accuracy_before:.3f}", flush=True)
 
     config = ReinforceAdaConfig(
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     train_start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - train_start
-    accuracy_after = sampled_accuracy(trainer.model, tokenizer, heldout, num_samples=4, seed=args.seed)
+    accuracy_after = sampled_accuracy(trainer.model, tokenizer, heldout, num_samples=HELDOUT_SAMPLES, seed=args.seed)
 
     def mean(name: str) -> float:
         values = [row[name] for row in printer.rows if name in row]
@@ -128,7 +130,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(
         f"\nReinforce-Ada ({args.strategy}) on the toy task, {args.steps} steps x {args.prompts_per_step} prompts, "
         f"group {args.num_generations}, rounds {args.max_rounds} x {args.samples_per_round}\n"
-        f"  held-out sampled accuracy   {accuracy_before:.3f} -> {accuracy_after:.3f} ({args.heldout} prompts x 4)\n"
+        f"  held-out sampled accuracy   {accuracy_before:.3f} -> {accuracy_after:.3f} "
+        f"({args.heldout} prompts x {HELDOUT_SAMPLES})\n"
         f"  samples drawn per prompt    {summary['samples_per_prompt']:.2f} (GRPO draws {args.num_generations})\n"
         f"  prompts resolved            {summary['frac_resolved']:.2f}\n"
         f"  groups with no signal       {summary['frac_zero_std_first_round']:.2f} in the first round "
