@@ -88,6 +88,28 @@ def toy_reward(completions: Sequence[Any], answer: Sequence[str | int], **kwargs
 REWARDS: dict[str, RewardFunc] = {"math": math_reward, "toy": toy_reward}
 
 
+def score_groups(
+    reward: RewardFunc, prompts: Sequence[Any], groups: Sequence[Sequence[str]], answers: Sequence[str]
+) -> list[list[float | None]]:
+    """Score each prompt's group of completion texts against its gold answer; one reward call per prompt.
+
+    Completions are passed as TRL does: conversations (``[{"role": "assistant", "content": text}]``) when the prompt
+    is one, else strings. The gold goes in as both ``answer`` and ``solution``, the two column names built-in and
+    TRL rewards read. NaN scores become None (unscorable).
+    """
+    from tqdm.auto import tqdm
+
+    scores = []
+    for prompt, group, gold in tqdm(
+        list(zip(prompts, groups, answers, strict=True)), desc="grading", disable=len(prompts) < 64
+    ):
+        completions = [c if isinstance(prompt, str) else [{"role": "assistant", "content": c}] for c in group]
+        n = len(completions)
+        values = reward(prompts=[prompt] * n, completions=completions, answer=[gold] * n, solution=[gold] * n)
+        scores.append([None if v is None or v != v else float(v) for v in values])  # v != v: NaN
+    return scores
+
+
 def resolve_reward(name: str) -> RewardFunc:
     """A built-in reward by name (see ``REWARDS``), TRL's own by name, or any function by dotted import path."""
     if name in REWARDS:
