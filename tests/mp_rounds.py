@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
 
 out_dir, model_dir = sys.argv[1], sys.argv[2]
+round_sizing = sys.argv[3] if len(sys.argv) > 3 else "fixed"
 rank = int(os.environ["RANK"])  # set by the launcher
 rows_per_call = []
 parent_generate = GRPOTrainer._generate
@@ -45,6 +46,7 @@ args = ReinforceAdaConfig(
     max_completion_length=3,
     max_steps=2,
     sampling_strategy="positive",
+    round_sizing=round_sizing,
 )
 dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+1"}]} for i in range(16)])
 trainer = ReinforceAdaTrainer(

@@ -132,3 +132,18 @@ def test_schedule_from_config(make):
         sampling_strategy="uniform", num_generations=5, per_device_train_batch_size=5, samples_per_round=8
     ).schedule()
     assert (schedule.group_size, schedule.samples_per_round, schedule.max_rounds) == (5, 5, 1)
+
+
+def test_round_sizing(make):
+    assert make().round_sizing == "fixed" and make().schedule().round_sizing == "fixed"
+    schedule = make(round_sizing="posterior").schedule()
+    assert (schedule.round_sizing, schedule.prior, schedule.budget, schedule.max_rounds) == (
+        "posterior",
+        (1.0, 1.0),
+        32,
+        4,
+    )
+    # Plain GRPO has a single round of num_generations whatever the sizing.
+    assert make(round_sizing="posterior", sampling_strategy="uniform").schedule().round_sizing == "fixed"
+    with pytest.raises(ValueError, match="round_sizing"):
+        make(round_sizing="adaptive")

@@ -789,3 +789,16 @@ def test_balanced_rule_matches_exact_dp():
             assert sum(q for t, q in dist.items() if t > r) == pytest.approx(fail, abs=1e-12)
         samples, resolved = sims[p]
         _check_against(samples, resolved, dist, p_resolved)
+
+
+def test_pool_counts_follow_every_add():
+    """Counts are kept incrementally: after each add they must equal a recount of all rewards so far."""
+    rng = random.Random(7)
+    pool = Pool(0.5)
+    rewards = []
+    for round_index in range(6):
+        batch = [rng.choice([0.0, 1.0, 0.5, 0.7, NAN]) for _ in range(rng.randrange(0, 5))]
+        pool.add(list(range(len(batch))), batch, round_index)
+        rewards += batch
+        assert pool.num_positive == sum(r > 0.5 for r in rewards if not math.isnan(r))
+        assert pool.num_negative == sum(r <= 0.5 for r in rewards if not math.isnan(r))

@@ -18,7 +18,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
+def run_two_processes(tmp_path, model_dir, round_sizing: str) -> list[dict]:
     script = Path(__file__).with_name("mp_rounds.py")
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
@@ -26,12 +26,16 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
         # and use_cpu=True in the config then trains on CPU over gloo.
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(script), str(tmp_path), str(toy_cold_dir),
+        str(script), str(tmp_path), str(model_dir), round_sizing,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
+    ranks = run_two_processes(tmp_path, toy_cold_dir, "fixed")
 
     # 2 steps x 4 rounds, each call with 2 prompts x 8 samples: rank 0 (done after round 1) pads to match rank 1.
     assert ranks[0]["rows_per_call"] == ranks[1]["rows_per_call"] == [16] * 8
@@ -42,5 +46,26 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
             assert log["ada/rounds"] == 4
             assert log["ada/samples_per_prompt"] == pytest.approx(20.0)
             assert log["ada/samples_per_prompt_max"] == 32
+            assert log["ada/frac_resolved"] == pytest.approx(0.5)
+    assert ranks[0]["logs"] == ranks[1]["logs"]
+
+
+def test_two_processes_with_posterior_sized_rounds(toy_cold_dir, tmp_path):
+    from trl_ada.engine import Schedule, posterior_round_size
+
+    ranks = run_two_processes(tmp_path, toy_cold_dir, "posterior")
+    # Rank 1's prompts are never right: replay the sizing rule on all-negative counts (rank 0 resolves in round 1).
+    schedule = Schedule.from_strategy("positive", 4, 8, 4, round_sizing="posterior")
+    sizes, drawn = [], 0
+    for round_index in range(4):
+        sizes.append(posterior_round_size(0, drawn, drawn, 4 - round_index, schedule))
+        drawn += sizes[-1]
+    assert drawn == 32 and len(set(sizes)) > 1
+    # Both ranks make the same calls with the same rows: 2 prompts x that round's size, rank 0 padding after round 1.
+    assert ranks[0]["rows_per_call"] == ranks[1]["rows_per_call"] == [2 * s for s in sizes] * 2
+    for rank in ranks:
+        for log in rank["logs"]:
+            assert log["ada/rounds"] == 4
+            assert log["ada/samples_per_prompt"] == pytest.approx((sizes[0] + 32) / 2)
             assert log["ada/frac_resolved"] == pytest.approx(0.5)
     assert ranks[0]["logs"] == ranks[1]["logs"]

@@ -452,3 +452,86 @@ def test_rows_must_hold_whole_prompt_groups():
         _group_starts([prompt] * 6, 4)
     with pytest.raises(ValueError, match="not one prompt repeated"):
         _group_starts([prompt] * 3 + [other] * 5, 4)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Posterior-sized rounds, and the completion-token count
+# -------------------------------------------------------------------------------------------------------------------
+
+POSTERIOR_SCRIPT = {
+    "a": [1, 0, 0, 0, 0, 1, 0, 0] + [0] * 24,  # 1 positive in round 1, a second one in round 2
+    "b": [1, 1, 0, 0, 1] + [0] * 27,  # 3 positives, 2 negatives: resolved by round 1 if it draws at least 4
+    "c": [0] * 32,  # never right: spends the whole budget
+}
+
+
+def test_posterior_round_sizes_reach_generation_and_tokens_are_counted(toy_cold_dir, tmp_path, monkeypatch):
+    from trl_ada.engine import posterior_round_size
+
+    calls, served = [], defaultdict(int)
+    parent = GRPOTrainer._generate
+
+    def recording_generate(self, prompts):
+        output = parent(self, prompts)
+        if self.model.training:
+            keys = [p[-1]["content"].rstrip("?") for p in prompts]
+            calls.append((keys, self.num_generations, sum(len(ids) for ids in output[1])))
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", recording_generate)
+
+    def scripted_reward(completions, key, **kwargs):
+        rewards = []
+        for k in key:
+            rewards.append(float(POSTERIOR_SCRIPT[k][served[k]]))
+            served[k] += 1
+        return rewards
+
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        scripted_reward,
+        keyed_dataset("abc"),
+        per_device_train_batch_size=12,
+        max_steps=1,
+        round_sizing="posterior",
+    )
+    trainer.train()
+
+    # Replay the scripts through the engine's sizing rule (tested against brute force in test_posterior.py).
+    schedule = trainer.ada_schedule
+
+    def finished(key, n):
+        pos = sum(POSTERIOR_SCRIPT[key][:n])
+        return n >= schedule.budget or (n >= 4 and schedule.exit_rule.holds(pos, n - pos))
+
+    drawn, expected_calls, active = dict.fromkeys("abc", 0), [], list("abc")
+    for round_index in range(schedule.max_rounds):
+        sizes = {}
+        for k in active:
+            pos = sum(POSTERIOR_SCRIPT[k][: drawn[k]])
+            sizes[k] = posterior_round_size(pos, drawn[k] - pos, drawn[k], schedule.max_rounds - round_index, schedule)
+            drawn[k] += sizes[k]
+        expected_calls.append(sizes)
+        active = [k for k in active if not finished(k, drawn[k])]
+        if not active:
+            break
+    assert set(expected_calls[0]) == set("abc") and len(set(expected_calls[1].values())) == 2  # unequal sizes
+    assert drawn["c"] == 32 and drawn["b"] < 8 and finished("a", drawn["a"])
+
+    assert len(calls) == len(expected_calls)
+    order = list(dict.fromkeys(calls[0][0]))  # the batch's prompt order (the sampler shuffles)
+    assert sorted(order) == list("abc")
+    for (keys, run, _), sizes in zip(calls, expected_calls, strict=True):
+        assert keys == [k for k in order if k in sizes for _ in range(sizes[k])]  # rows grouped per prompt, in order
+        # Unequal sizes in one call: runs of 1, so vLLM server mode's stride de-duplication keeps every row.
+        assert run == (next(iter(sizes.values())) if len(set(sizes.values())) == 1 else 1)
+    assert dict(served) == drawn  # every completion scored once, and the pools hold what the rounds drew
+    (log,) = ada_logs(trainer)
+    assert log["ada/rounds"] == len(expected_calls)
+    assert log["ada/samples_per_prompt"] == pytest.approx(sum(drawn.values()) / 3)
+    assert log["ada/frac_resolved"] == pytest.approx(2 / 3)
+    assert trainer.num_generations == 4  # restored after the rounds
+    # Every generated completion token, kept or not, from the backend's own output.
+    assert log["ada/completion_tokens"] == sum(tokens for _, _, tokens in calls)
+    assert log["ada/completion_tokens"] > 12 * 3  # more than the 12 kept rows of at most 3 tokens could hold

@@ -4,7 +4,8 @@ One training step, for a batch of prompts:
 
     active <- every prompt
     for round in 1..max_rounds:
-        draw `samples_per_round` completions for each active prompt, score them
+        draw a round of completions for each active prompt (`samples_per_round`, or sized from the prompt's counts
+        so far with `round_sizing="posterior"`), score them
         retire a prompt once its exit rule holds (and it has a full group) or its budget is spent
         stop when no prompt is active (on any process)
     downsample each prompt's pool to `group_size` completions, half positive where it can
@@ -16,6 +17,7 @@ same loop runs inside the trainer (handles are row indices into TRL's generation
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STRATEGIES = ("balanced", "positive", "uniform")
+ROUND_SIZINGS = ("fixed", "posterior")
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,20 @@ class ExitRule:
 
 @dataclass(frozen=True)
 class Schedule:
-    """How many completions to draw per round, for how many rounds, and when a prompt is done."""
+    """How many completions to draw per round, for how many rounds, and when a prompt is done.
+
+    With `round_sizing="fixed"` every round draws `samples_per_round` completions per active prompt. With
+    `"posterior"` each prompt's next round is sized from its counts so far by `posterior_round_size`, and
+    `samples_per_round` only sets the per-prompt budget `samples_per_round * max_rounds`.
+    """
 
     group_size: int  # completions per prompt handed to the loss (GRPO's num_generations)
     samples_per_round: int
     max_rounds: int
     exit_rule: ExitRule
     positive_threshold: float = 0.5  # a completion is positive when its reward is strictly greater
+    round_sizing: str = "fixed"
+    prior: tuple[float, float] = (1.0, 1.0)  # Beta(alpha, beta) prior on a prompt's pass rate (posterior sizing)
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.samples_per_round < 1 or self.max_rounds < 1:
@@ -84,6 +94,18 @@ class Schedule:
                 f"The per-prompt budget samples_per_round * max_rounds = {self.budget} is smaller than the group size "
                 f"{self.group_size}: a prompt could never fill its group."
             )
+        if self.round_sizing not in ROUND_SIZINGS:
+            raise ValueError(f"Unknown round_sizing {self.round_sizing!r}; expected one of {ROUND_SIZINGS}.")
+        if len(self.prior) != 2 or not all(x > 0 for x in self.prior):  # also rejects NaN
+            raise ValueError(f"The Beta prior needs two parameters > 0, got {self.prior}.")
+
+    def round_size(self, pool: Pool, round_index: int) -> int:
+        """Completions to draw for an active prompt whose pool is `pool`, in round `round_index` (0-based)."""
+        if self.round_sizing == "fixed":
+            return self.samples_per_round
+        return posterior_round_size(
+            pool.num_positive, pool.num_negative, len(pool), self.max_rounds - round_index, self
+        )
 
     @property
     def budget(self) -> int:
@@ -100,12 +122,85 @@ class Schedule:
         positive_threshold: float = 0.5,
         min_positives: int | None = None,
         min_negatives: int | None = None,
+        round_sizing: str = "fixed",
+        prior: tuple[float, float] = (1.0, 1.0),
     ) -> Schedule:
         """`uniform` is plain GRPO: a single round of exactly `group_size` completions."""
         rule = ExitRule.for_strategy(strategy, group_size, min_positives, min_negatives)
         if strategy == "uniform":
-            samples_per_round, max_rounds = group_size, 1
-        return cls(group_size, samples_per_round, max_rounds, rule, positive_threshold)
+            samples_per_round, max_rounds, round_sizing = group_size, 1, "fixed"
+        return cls(group_size, samples_per_round, max_rounds, rule, positive_threshold, round_sizing, prior)
+
+
+def posterior_round_size(
+    num_positive: int, num_negative: int, num_drawn: int, rounds_left: int, schedule: Schedule
+) -> int:
+    """Size of an active prompt's next round that minimises its expected total samples, given its counts so far.
+
+    The prompt's pass rate has the posterior Beta(alpha + num_positive, beta + num_negative) under the schedule's
+    prior. The size is the first decision of the policy that, among all ways to split the remaining budget into at
+    most `rounds_left` rounds, draws the fewest completions in expectation (exact dynamic programme over the counts),
+    subject to resolving whenever the budget allows it: the last round always takes the whole remaining budget,
+    because a prompt that has not met its exit rule keeps going, as in the sequential limit. `num_drawn` counts
+    unscorable completions too; future completions are assumed scorable.
+    """
+    if rounds_left < 1:
+        raise ValueError(f"rounds_left must be >= 1, got {rounds_left}.")
+    size = _plan(
+        schedule.exit_rule,
+        schedule.group_size,
+        schedule.budget,
+        tuple(map(float, schedule.prior)),
+        num_positive,
+        num_negative,
+        num_drawn,
+        rounds_left,
+    )[1]
+    if size == 0:
+        raise ValueError(
+            f"A prompt with {num_positive} positives, {num_negative} negatives and {num_drawn} samples is finished "
+            f"under {schedule.exit_rule} with budget {schedule.budget}: it has no next round."
+        )
+    return size
+
+
+@functools.lru_cache(maxsize=1 << 20)
+def _plan(
+    rule: ExitRule,
+    group_size: int,
+    budget: int,
+    prior: tuple[float, float],
+    pos: int,
+    neg: int,
+    drawn: int,
+    rounds_left: int,
+) -> tuple[float, int]:
+    """(expected further samples, next round size) of the optimal policy from this state. Memoised, so each state is
+    solved once per process, paid by the first prompt of the first step: under 0.1 s for a budget of 32 and a few
+    seconds for 128."""
+    remaining = budget - drawn
+    if remaining <= 0 or (drawn >= group_size and rule.holds(pos, neg)):
+        return 0.0, 0
+    if rounds_left == 1:
+        return float(remaining), remaining
+    a, b = prior[0] + pos, prior[1] + neg
+    best_cost, best_size = math.inf, remaining
+    pmf = [1.0]  # Beta-binomial law of the positives among the next k draws, built up one draw at a time
+    for k in range(1, remaining + 1):
+        # Polya urn: after j positives in k - 1 draws, the next draw is positive w.p. (a + j) / (a + b + k - 1).
+        total = a + b + k - 1
+        pmf = [
+            (pmf[j] * (b + k - 1 - j) if j < k else 0.0) + (pmf[j - 1] * (a + j - 1) if j > 0 else 0.0)
+            for j in range(k + 1)
+        ]
+        pmf = [q / total for q in pmf]
+        cost = k + sum(
+            q * _plan(rule, group_size, budget, prior, pos + j, neg + k - j, drawn + k, rounds_left - 1)[0]
+            for j, q in enumerate(pmf)
+        )
+        if cost < best_cost - 1e-12:  # ties go to the smaller round
+            best_cost, best_size = cost, k
+    return best_cost, best_size
 
 
 @dataclass
@@ -117,6 +212,9 @@ class Pool:
     rewards: list[float] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
     resolved: bool = False  # the exit rule held when sampling stopped
+    _counted: int = field(default=0, init=False, repr=False, compare=False)
+    _positives: int = field(default=0, init=False, repr=False, compare=False)
+    _negatives: int = field(default=0, init=False, repr=False, compare=False)
 
     def add(self, samples: Sequence[Any], rewards: Sequence[float], round_index: int) -> None:
         if len(samples) != len(rewards):
@@ -136,11 +234,19 @@ class Pool:
 
     @property
     def num_positive(self) -> int:
-        return sum(self.is_positive(i) for i in range(len(self)))
+        return self._counts()[0]
 
     @property
     def num_negative(self) -> int:
-        return sum(self.is_negative(i) for i in range(len(self)))
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[int, int]:
+        # Counted incrementally (pools only grow), so the exit check stays O(round size) per prompt and round.
+        for i in range(self._counted, len(self)):
+            self._positives += self.is_positive(i)
+            self._negatives += self.is_negative(i)
+        self._counted = len(self)
+        return self._positives, self._negatives
 
     @property
     def scored_rewards(self) -> list[float]:
@@ -215,7 +321,7 @@ def sample_adaptively(
     active = list(range(num_prompts))
     rounds = 0
     while rounds < schedule.max_rounds and any_active(bool(active)):
-        requests = [Request(i, schedule.samples_per_round) for i in active]
+        requests = [Request(i, schedule.round_size(pools[i], rounds)) for i in active]
         handles = generate(requests)
         rewards = list(score(requests, handles))
         expected = sum(r.num_samples for r in requests)

@@ -23,9 +23,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
     Trainer for Reinforce-Ada (https://huggingface.co/papers/2510.04996): GRPO with adaptive sampling.
 
     Instead of `num_generations` completions per prompt, each training step samples in rounds: every round draws
-    `samples_per_round` more completions for the prompts still *active*, scores them, and retires a prompt once its
-    exit rule holds or its budget is spent. Each prompt's pool is then downsampled to `num_generations` completions
-    (half positive where it can) and the advantages use the whole pool's statistics.
+    `samples_per_round` more completions (or, with `round_sizing="posterior"`, a number sized from each prompt's
+    counts so far) for the prompts still *active*, scores them, and retires a prompt once its exit rule holds or its
+    budget is spent. Each prompt's pool is then downsampled to `num_generations` completions (half positive where it
+    can) and the advantages use the whole pool's statistics.
 
     Differences from [`~trl.GRPOTrainer`], all in training mode (evaluation is unchanged):
 
@@ -103,7 +104,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         rng = random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{self.state.global_step}")
         kept = [[pool.samples[i] for i in downsample(pool, group_size, rng)] for pool in result.pools]
         rows = [row for group in kept for row in group]
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows))
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), rollouts.completion_tokens)
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
 
@@ -156,7 +157,9 @@ class ReinforceAdaTrainer(GRPOTrainer):
         tally = Tally.of(step.result.pools, weights.tolist())
         if self.accelerator.num_processes > 1:
             tally = sum(gather_object([tally]), Tally())
-        for name, value in tally.metrics(step.result.rounds).items():
+        metrics = tally.metrics(step.result.rounds)
+        metrics["ada/completion_tokens"] = float(self._sum_over_processes(step.completion_tokens))
+        for name, value in metrics.items():
             self._metrics["train"][name].append(value)
         # GRPOTrainer logged its group advantages for the completions table; show the ones actually used.
         all_advantages = gather(advantages).tolist()
@@ -171,6 +174,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return local
         flags = gather(torch.tensor([int(local)], device=self.accelerator.device))
         return bool(flags.any())
+
+    def _sum_over_processes(self, value: int) -> int:
+        if self.accelerator.num_processes == 1:
+            return value
+        return int(gather(torch.tensor([value], device=self.accelerator.device)).sum())
 
     def _max_over_processes(self, value: int) -> int:
         if self.accelerator.num_processes == 1:
@@ -206,6 +214,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
 class _AdaStep:
     result: SamplingResult
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
+    completion_tokens: int  # generated this step on this process, every round, kept or not (padding excluded)
 
 
 @dataclass
@@ -219,12 +228,18 @@ class _Rollouts:
     rewards: list[torch.Tensor] = field(default_factory=list)  # per row: one reward per function
     totals: list[float] = field(default_factory=list)  # per row: the weighted sum the exit rules look at
     size: int = 0
+    completion_tokens: int = 0  # over every stored row; model tokens only when a tool/env mask says which they are
 
     _NAMES = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")
 
     def add(self, output: tuple, rewards_per_func: torch.Tensor, logged: dict[str, list], keep: int) -> list[int]:
         """Store the first `keep` rows of one round (the rest is padding) and return their handles."""
         *columns, extra_fields, images, tool_images = output
+        completion_ids, tool_mask = columns[1][:keep], columns[2]
+        if tool_mask is not None:  # as GRPOTrainer counts completion lengths
+            self.completion_tokens += sum(sum(mask) for mask in tool_mask[:keep])
+        else:
+            self.completion_tokens += sum(len(ids) for ids in completion_ids)
         columns = (*columns, images, tool_images or None)
         for name, column in zip((*self._NAMES, "images", "tool_images"), columns, strict=True):
             self.columns[name].extend(column[:keep] if column is not None else [None] * keep)
