@@ -65,3 +65,33 @@ def normalized_advantages(
 def _per_prompt(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     value = torch.as_tensor(value, dtype=like.dtype, device=like.device)
     return value.unsqueeze(-1) if value.dim() == 1 else value
+
+
+def odc_weights(p_hat: torch.Tensor | list[float], max_weight: float = 4.0) -> torch.Tensor:
+    """Oversample-Downsample-Correct weights: `1 / p_hat` per prompt, capped at `max_weight` (NaN gives 1).
+
+    `p_hat` must be the pass-rate *memory*'s estimate read before this step's rewards are recorded. The weight is
+    then fixed before the prompt's completions are drawn, so it scales the expected update exactly: a group whose
+    expected update is the pass-rate gradient `grad p` becomes `grad p / p_hat`, which is `grad log p` when
+    `p_hat = p`. Weighting by the pool's own pass rate (`difficulty_weights(..., "inv_p")`) aims at the same
+    objective but is correlated with the rewards it scales, hence biased. Unbiased requires that the kept group be a
+    uniform draw from the pool (or the whole pool): the balanced downsample already re-weights each prompt's expected
+    update, by `(p^2 + (1 - p)^2) / (2 p (1 - p))` with the pool-mean baseline once the pool holds enough of both
+    kinds, so 1/p_hat on top of it targets a different objective. The pool-mean baseline, which includes the sample
+    it is subtracted from, scales a pool of `N` by `(N - 1) / N`; a baseline independent of the sample (such as
+    p_hat) does not. The cap trades bias on prompts with `p < 1 / max_weight` for bounded variance.
+
+    Objective each per-prompt weighting ascends (weight `w(p)` on the gradient of `p` means objective `E[f(p)]`
+    with `f' = w`), with the default `scale_rewards="none"` and a uniformly drawn kept group:
+
+    | weighting                     | weight w(p)  | objective                |
+    |-------------------------------|--------------|--------------------------|
+    | `none`                        | 1            | E[p] (GRPO's)            |
+    | `inv_sqrt_p`                  | 1 / sqrt(p)  | E[2 sqrt(p)] ~ E[sqrt p] |
+    | `inv_p` (pool p), ODC (p_hat) | 1 / p        | E[log p]                 |
+
+    Dividing advantages by the group std (`scale_rewards="group"`) multiplies each weight by about
+    `1 / sqrt(p (1 - p))`.
+    """
+    p_hat = torch.as_tensor(p_hat, dtype=p_hat.dtype if isinstance(p_hat, torch.Tensor) else torch.float64)
+    return difficulty_weights(p_hat, "inv_p", max_weight)

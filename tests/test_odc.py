@@ -1,0 +1,121 @@
+"""Oversample-Downsample-Correct (`trl_ada.advantages.odc_weights`): the expected weighted update, enumerated exactly
+for a one-parameter Bernoulli policy, against the gradient of each documented objective (from autograd).
+
+Policy: a prompt is answered correctly with probability p = sigmoid(theta); reward 1 if correct. A step draws a pool
+of N completions, keeps K of them and updates with (1/K) * sum_i A_i * d/dtheta log pi(y_i). Every pool outcome and
+every kept subset is enumerated, so the expectations are exact.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from itertools import combinations, product
+
+import pytest
+import torch
+
+from trl_ada.advantages import difficulty_weights, normalized_advantages, odc_weights
+from trl_ada.engine import Pool, downsample
+
+POOL, KEPT = 6, 3
+
+
+def gradient(objective: Callable[[torch.Tensor], torch.Tensor], theta: float) -> float:
+    """d/dtheta of objective(p), p = sigmoid(theta), by autograd."""
+    t = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+    objective(torch.sigmoid(t)).backward()
+    return t.grad.item()
+
+
+def score(y: int, theta: float) -> float:
+    """d/dtheta log pi(y), by autograd."""
+    return gradient(lambda p: torch.log(p if y else 1 - p), theta)
+
+
+def expected_update(
+    theta: float,
+    weight: torch.Tensor | None,
+    baseline: str,
+    keep: Callable[[tuple[int, ...], int], list[list[int]]],
+    pool_size: int = POOL,
+    kept: int = KEPT,
+) -> float:
+    """E[(1/K) sum_i A_i score(y_i)] over pools and kept subsets; `keep(pool, kept)` lists equally likely kept
+    subsets."""
+    p = torch.sigmoid(torch.tensor(theta, dtype=torch.float64)).item()
+    scores = {y: score(y, theta) for y in (0, 1)}
+    total = 0.0
+    for pool in product((0, 1), repeat=pool_size):
+        pool_probability = math.prod(p if y else 1 - p for y in pool)
+        subsets = keep(pool, kept)
+        for subset in subsets:
+            rewards = torch.tensor([[float(pool[i]) for i in subset]], dtype=torch.float64)
+            base = torch.tensor([p if baseline == "memory" else sum(pool) / pool_size], dtype=torch.float64)
+            advantages = normalized_advantages(rewards, base, None, weight)[0]
+            update = sum(a * scores[pool[i]] for a, i in zip(advantages.tolist(), subset, strict=True)) / kept
+            total += pool_probability * update / len(subsets)
+    return total
+
+
+def uniform(pool: tuple[int, ...], kept: int) -> list[list[int]]:
+    return [list(subset) for subset in combinations(range(len(pool)), kept)]
+
+
+def balanced(pool: tuple[int, ...], kept: int) -> list[list[int]]:
+    # With a Bernoulli policy the update depends on the kept rewards only, so one draw stands for all of them.
+    drawn = Pool(positive_threshold=0.5)
+    drawn.add(list(range(len(pool))), [float(y) for y in pool], round_index=0)
+    return [downsample(drawn, kept, random.Random(0))]
+
+
+def theta_of(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def test_odc_weights_hand_values():
+    weights = odc_weights([0.5, 0.25, 0.1, math.nan, 1.0], max_weight=4.0)
+    torch.testing.assert_close(weights, torch.tensor([2.0, 4.0, 4.0, 1.0, 1.0], dtype=torch.float64))
+    assert odc_weights(torch.tensor([0.2], dtype=torch.float32), max_weight=10.0).dtype == torch.float32
+
+
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.8])
+def test_odc_is_unbiased_for_the_log_objective(p):
+    theta = theta_of(p)
+    update = expected_update(theta, odc_weights([p], max_weight=4.0), "memory", uniform)
+    assert update == pytest.approx(gradient(torch.log, theta), rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.8])
+def test_pool_mean_baseline_scales_by_n_minus_one_over_n(p):
+    theta = theta_of(p)
+    update = expected_update(theta, odc_weights([p], max_weight=4.0), "pool", uniform)
+    assert update == pytest.approx((POOL - 1) / POOL * gradient(torch.log, theta), rel=1e-9)
+
+
+def test_the_cap_targets_a_clipped_objective():
+    # p = 0.1 < 1/4: the weight is 4, so the update follows grad(4 p), not grad(log p) = grad(10 p) here.
+    theta = theta_of(0.1)
+    update = expected_update(theta, odc_weights([0.1], max_weight=4.0), "memory", uniform)
+    assert update == pytest.approx(gradient(lambda p: 4 * p, theta), rel=1e-9)
+    assert update < 0.5 * gradient(torch.log, theta)
+
+
+@pytest.mark.parametrize("p", [0.2, 0.7])
+def test_objectives_of_the_other_weightings(p):
+    theta = theta_of(p)
+    plain = expected_update(theta, None, "memory", uniform)
+    assert plain == pytest.approx(gradient(lambda q: q, theta), rel=1e-9)  # E[p]
+    sqrt_weight = difficulty_weights(torch.tensor([p], dtype=torch.float64), "inv_sqrt_p", max_weight=4.0)
+    weighted = expected_update(theta, sqrt_weight, "memory", uniform)
+    assert weighted == pytest.approx(gradient(lambda q: 2 * q.sqrt(), theta), rel=1e-9)  # E[2 sqrt p]
+
+
+def test_balanced_downsample_breaks_the_guarantee():
+    # The balanced downsample keeps more positives of a hard prompt than a uniform draw would: 1/p on top of it
+    # overshoots grad log p, which is why ODC pairs with a uniform downsample (or training on the whole pool).
+    # Pool of 12, keep 2 + 2: a uniform draw would give grad log p exactly (first test); this gives 1.8 times it.
+    theta = theta_of(0.2)
+    update = expected_update(theta, odc_weights([0.2], max_weight=8.0), "memory", balanced, pool_size=12, kept=4)
+    assert update > 1.5 * gradient(torch.log, theta)
