@@ -8,6 +8,10 @@ Besides the simulator's default rows, "posterior, oracle prior" sizes rounds wit
 the fewest samples any 4-round schedule can spend while resolving the same prompts (the sizing is Bayes-optimal for
 its prior), and "posterior, 8 rounds" shows what more generation calls buy.
 
+A second table per mix puts Reinforce-Ada-Est next to GRPO and Seq over several epochs of the same prompts (Est's
+pass-rate memory learns from earlier visits; the first epoch, at the prior, is included): Est draws one round per
+step, `mean` samples per prompt on average, split by an allocation rule within [4, 32].
+
     python benchmarks/sampler_efficiency.py --prompts 8192 --seed 0 --plot sampler_efficiency.png
 """
 
@@ -20,7 +24,17 @@ import sys
 import time
 from dataclasses import replace
 
-from trl_ada.simulate import PassRates, Strategy, default_strategies, draw, format_table, parse_pass_rates, simulate
+from trl_ada.engine import Schedule
+from trl_ada.simulate import (
+    Estimate,
+    PassRates,
+    Strategy,
+    default_strategies,
+    draw,
+    format_table,
+    parse_pass_rates,
+    simulate,
+)
 
 
 def log_moment(a: float, b: float, n: int) -> float:
@@ -65,11 +79,27 @@ def strategies_for(prior: tuple[float, float]) -> list[Strategy]:
     return ordered
 
 
+def est_strategies() -> list[Strategy]:
+    """GRPO and Seq references, then Est at two means and each allocation rule (group 4, per-prompt [4, 32])."""
+    seq = [
+        Strategy("GRPO n=8", Schedule.from_strategy("uniform", 8)),
+        Strategy("GRPO n=16", Schedule.from_strategy("uniform", 16)),
+        Strategy("Ada balanced 8x4", Schedule.from_strategy("balanced", 4, 8, 4)),
+        Strategy(
+            "Ada balanced posterior, 4 rounds", Schedule.from_strategy("balanced", 4, 8, 4, round_sizing="posterior")
+        ),
+    ]
+    est = [Strategy.est(4, Estimate(mean, 4, 32, "inv_sqrt_p")) for mean in (8, 16)]
+    est += [Strategy.est(4, Estimate(16, 4, 32, rule)) for rule in ("inv_p", "variance_optimal")]
+    return seq + est
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8192, help="trained prompts per strategy (default: 8192)")
     parser.add_argument("--batch-size", type=int, default=256, help="prompts per step (default: 256)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=4, help="passes over the prompts for the Est table (default: 4)")
     parser.add_argument("--plot", metavar="PNG", help="save signal fraction vs samples per prompt, one panel per mix")
     args = parser.parse_args(argv)
 
@@ -107,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     for title, outcomes in results:
         ratio = {o.strategy: o.sequential_ratio for o in outcomes}
         print(f"| {title} | " + " | ".join(f"{ratio[r]:.3f}" for r in rows) + " |")
+    print(
+        f"\nReinforce-Ada-Est next to GRPO and Seq: {args.prompts} prompts x {args.epochs} epochs, memory across them"
+    )
+    for title, rates, _ in mixes:
+        outcomes = simulate(rates, est_strategies(), args.prompts, args.batch_size, args.seed, args.epochs)
+        print(f"\n### {title}, {args.epochs} epochs\n")
+        print(format_table(outcomes))
     print(f"\n({time.perf_counter() - start:.0f} s)")
     if args.plot:
         plot(results, args.plot)

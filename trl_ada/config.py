@@ -6,9 +6,13 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .advantages import WEIGHTINGS
-from .engine import ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from .allocation import ALLOCATION_RULES
+from .engine import DOWNSAMPLES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from .memory import PassRateMemory
 
 BASELINES = ("pool", "group")
+SAMPLING_STRATEGIES = (*STRATEGIES, "estimate")
+DIFFICULTY_WEIGHTINGS = (*WEIGHTINGS, "odc")  # "odc" reads the pass-rate memory, so the trainer computes it
 
 
 @dataclass
@@ -25,6 +29,8 @@ class ReinforceAdaConfig(GRPOConfig):
             When a prompt stops being sampled. `"balanced"`: once its pool holds `min_positives` correct and
             `min_negatives` incorrect completions (Reinforce-Ada-Seq-balance, the paper's best). `"positive"`: once it
             holds `min_positives` correct ones. `"uniform"`: plain GRPO, one round of `num_generations`.
+            `"estimate"` (Reinforce-Ada-Est): one round per step, its budget `samples_per_prompt_mean` x prompts split
+            across prompts by `allocation_rule` from each prompt's pass rate in the pass-rate memory.
         samples_per_round (`int`, *optional*, defaults to `8`):
             Completions drawn per round for each prompt still active.
         max_rounds (`int`, *optional*, defaults to `4`):
@@ -49,9 +55,46 @@ class ReinforceAdaConfig(GRPOConfig):
             completion drawn for the prompt this step. `"group"`: from the kept `num_generations` only, as GRPO does.
         difficulty_weighting (`str`, *optional*, defaults to `"none"`):
             Multiply each prompt's advantages by `1/sqrt(p)` (`"inv_sqrt_p"`) or `1/p` (`"inv_p"`), `p` being the
-            pool pass rate, to weight hard prompts up.
+            pool pass rate, to weight hard prompts up; or by `1/p_hat` (`"odc"`, Oversample-Downsample-Correct),
+            `p_hat` being the pass-rate memory's estimate from earlier steps. Objective ascended, with
+            `scale_rewards="none"` and a uniformly drawn kept group: `"none"` E[p], `"inv_sqrt_p"` E[sqrt p],
+            `"inv_p"` E[log p] (biased: the weight comes from the rewards it scales), `"odc"` E[log p] (unbiased up
+            to the cap, as `p_hat` is fixed before the step's samples are drawn). `"odc"` needs
+            `downsample="uniform"` (or `sampling_strategy="uniform"`, where nothing is downsampled).
         max_difficulty_weight (`float`, *optional*, defaults to `4.0`):
             Cap on the difficulty weight (`p` is clamped so the weight never exceeds it).
+        downsample (`str`, *optional*, defaults to `"balanced"`):
+            How a pool is cut to `num_generations`: `"balanced"` keeps half positives where it can (the paper's
+            choice; it re-weights each prompt's expected update by about `(p^2 + (1-p)^2) / (2p(1-p))`);
+            `"uniform"` keeps a uniform random subset, distributed as a fresh GRPO group when the pool's size was
+            fixed before sampling (`"estimate"`); a Seq pool stops on its own rewards, so there it is close to, not
+            exactly, a fresh group. Training on every sample (the authors' Est code) is not offered: TRL's loss
+            takes `num_generations` rows per prompt, and with all samples each prompt's share of a token-mean loss
+            would grow with its sample count, an extra per-prompt weight equal to its allocation.
+        samples_per_prompt_mean (`int` or `None`, *optional*, defaults to `None`):
+            `"estimate"`: mean completions per prompt; the step's budget is this times the process's prompts.
+            `None`: `2 * num_generations`.
+        min_samples_per_prompt (`int` or `None`, *optional*, defaults to `None`):
+            `"estimate"`: fewest completions a prompt gets, at least `num_generations`. `None`: `num_generations`.
+        max_samples_per_prompt (`int` or `None`, *optional*, defaults to `None`):
+            `"estimate"`: most completions a prompt gets. `None`: `samples_per_round * max_rounds`, Seq's budget.
+        allocation_rule (`str`, *optional*, defaults to `"inv_sqrt_p"`):
+            `"estimate"`: each prompt's share of the budget, from its memory pass rate `p_hat`: `1/sqrt(p_hat)`
+            (`"inv_sqrt_p"`, the paper's Algorithm 1), `1/p_hat` (`"inv_p"`, the authors' code) or
+            `sqrt((1 - p_hat)/p_hat)` (`"variance_optimal"`, the paper's appendix); clipped to the bounds above.
+        pass_rate_alpha (`float`, *optional*, defaults to `1.0`):
+            Beta prior of the pass-rate memory (positives): `p_hat = (alpha + N_pos) / (alpha + beta + N_total)`, so
+            a prompt never seen starts at `alpha / (alpha + beta)` = 1/17 (assumed hard). The memory is kept under
+            every strategy (for the `ada/p_hat_mean` metric and `"odc"`); `"estimate"` sizes its round from it.
+        pass_rate_beta (`float`, *optional*, defaults to `16.0`):
+            Beta prior of the pass-rate memory (negatives).
+        pass_rate_decay (`float`, *optional*, defaults to `0.9`):
+            Each time a prompt is sampled its counts become `decay * N + new`.
+        pass_rate_max_prompts (`int` or `None`, *optional*, defaults to `None`):
+            Cap on the prompts the memory keeps (least recently updated evicted first). `None`: one small record per
+            distinct prompt trained on.
+        prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
+            Dataset column identifying a prompt in the memory. `None`: a hash of the prompt (text or messages).
 
     > Parameters whose default differs from [`~trl.GRPOConfig`]:
     >
@@ -62,7 +105,7 @@ class ReinforceAdaConfig(GRPOConfig):
 
     sampling_strategy: str = field(
         default="balanced",
-        metadata={"help": "When a prompt stops being sampled.", "choices": list(STRATEGIES)},
+        metadata={"help": "When a prompt stops being sampled.", "choices": list(SAMPLING_STRATEGIES)},
     )
     samples_per_round: int = field(
         default=8, metadata={"help": "Completions drawn per round for each prompt still active."}
@@ -100,9 +143,56 @@ class ReinforceAdaConfig(GRPOConfig):
     )
     difficulty_weighting: str = field(
         default="none",
-        metadata={"help": "Per-prompt advantage weight from the pool pass rate p.", "choices": list(WEIGHTINGS)},
+        metadata={
+            "help": "Per-prompt advantage weight: 1/sqrt(p) or 1/p from the pool pass rate p, or 'odc': 1/p_hat "
+            "from the pass-rate memory (needs downsample='uniform').",
+            "choices": list(DIFFICULTY_WEIGHTINGS),
+        },
     )
     max_difficulty_weight: float = field(default=4.0, metadata={"help": "Cap on the difficulty weight."})
+    downsample: str = field(
+        default="balanced",
+        metadata={
+            "help": "How a pool is cut to num_generations: 'balanced' (half positive where it can) or 'uniform' "
+            "(a uniform random subset; needed by difficulty_weighting='odc').",
+            "choices": list(DOWNSAMPLES),
+        },
+    )
+    samples_per_prompt_mean: int | None = field(
+        default=None,
+        metadata={
+            "help": "estimate: mean completions per prompt (the step's budget / prompts). None: 2 x num_generations."
+        },
+    )
+    min_samples_per_prompt: int | None = field(
+        default=None,
+        metadata={"help": "estimate: fewest completions per prompt, >= num_generations. None: num_generations."},
+    )
+    max_samples_per_prompt: int | None = field(
+        default=None,
+        metadata={"help": "estimate: most completions per prompt. None: samples_per_round * max_rounds."},
+    )
+    allocation_rule: str = field(
+        default="inv_sqrt_p",
+        metadata={
+            "help": "estimate: budget share per prompt from its memory pass rate p: 1/sqrt(p) (paper), 1/p "
+            "(authors' code) or sqrt((1-p)/p) (variance-optimal).",
+            "choices": list(ALLOCATION_RULES),
+        },
+    )
+    pass_rate_alpha: float = field(default=1.0, metadata={"help": "Pass-rate memory: Beta prior positives."})
+    pass_rate_beta: float = field(default=16.0, metadata={"help": "Pass-rate memory: Beta prior negatives."})
+    pass_rate_decay: float = field(
+        default=0.9, metadata={"help": "Pass-rate memory: counts become decay * N + new when a prompt is sampled."}
+    )
+    pass_rate_max_prompts: int | None = field(
+        default=None,
+        metadata={"help": "Pass-rate memory: most prompts kept (least recently updated evicted). None: no cap."},
+    )
+    prompt_id_column: str | None = field(
+        default=None,
+        metadata={"help": "Dataset column identifying a prompt in the memory. None: a hash of the prompt."},
+    )
     scale_rewards: str = field(
         default="none",
         metadata={
@@ -114,20 +204,25 @@ class ReinforceAdaConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.sampling_strategy not in STRATEGIES:
-            raise ValueError(f"sampling_strategy={self.sampling_strategy!r} is not one of {STRATEGIES}.")
+        if self.sampling_strategy not in SAMPLING_STRATEGIES:
+            raise ValueError(f"sampling_strategy={self.sampling_strategy!r} is not one of {SAMPLING_STRATEGIES}.")
         if self.advantage_baseline not in BASELINES:
             raise ValueError(f"advantage_baseline={self.advantage_baseline!r} is not one of {BASELINES}.")
         if self.round_sizing not in ROUND_SIZINGS:
             raise ValueError(f"round_sizing={self.round_sizing!r} is not one of {ROUND_SIZINGS}.")
-        if self.difficulty_weighting not in WEIGHTINGS:
-            raise ValueError(f"difficulty_weighting={self.difficulty_weighting!r} is not one of {WEIGHTINGS}.")
+        if self.difficulty_weighting not in DIFFICULTY_WEIGHTINGS:
+            raise ValueError(
+                f"difficulty_weighting={self.difficulty_weighting!r} is not one of {DIFFICULTY_WEIGHTINGS}."
+            )
         if not self.max_difficulty_weight >= 1.0:
             raise ValueError(
                 f"max_difficulty_weight must be >= 1 (a cap on an up-weighting), got {self.max_difficulty_weight}."
             )
-        if math.isnan(self.positive_threshold):
-            raise ValueError("positive_threshold must be a number, got NaN.")
+        if not math.isfinite(self.positive_threshold):  # inf: nothing (or everything) is ever positive
+            raise ValueError(
+                f"positive_threshold must be a finite number, got {self.positive_threshold}. It is compared with the "
+                "total weighted reward; rewards outside [0, 1] are fine, with a threshold on the same scale."
+            )
         for name in ("samples_per_round", "max_rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
@@ -147,7 +242,10 @@ class ReinforceAdaConfig(GRPOConfig):
                 f"the {self.num_generations} completions (num_generations) a group keeps. Lower min_positives / "
                 "min_negatives or raise num_generations."
             )
-        if self.sampling_strategy != "uniform" and self.samples_per_round * self.max_rounds < self.num_generations:
+        if (
+            self.sampling_strategy not in ("uniform", "estimate")
+            and self.samples_per_round * self.max_rounds < self.num_generations
+        ):
             raise ValueError(
                 f"The per-prompt budget samples_per_round * max_rounds = {self.samples_per_round} * {self.max_rounds}"
                 f" is smaller than num_generations={self.num_generations}, so a group could never be filled."
@@ -161,6 +259,57 @@ class ReinforceAdaConfig(GRPOConfig):
                 "steps_per_generation."
             )
 
+        self._check_estimate()
+
+    def _check_estimate(self) -> None:
+        """The pass-rate memory, the Est budget and ODC's requirement on the downsample."""
+        if self.downsample not in DOWNSAMPLES:
+            raise ValueError(f"downsample={self.downsample!r} is not one of {DOWNSAMPLES}.")
+        if self.allocation_rule not in ALLOCATION_RULES:
+            raise ValueError(f"allocation_rule={self.allocation_rule!r} is not one of {ALLOCATION_RULES}.")
+        self.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
+        if self.difficulty_weighting == "odc" and self.downsample != "uniform" and self.sampling_strategy != "uniform":
+            raise ValueError(
+                "difficulty_weighting='odc' multiplies a prompt's update by 1/p_hat, which targets the log objective "
+                "only when the kept group is a uniform draw from the pool; the balanced downsample re-weights each "
+                "prompt by about (p^2 + (1-p)^2) / (2p(1-p)) on top. Set downsample='uniform'."
+            )
+        if self.sampling_strategy != "estimate":
+            return
+        mean, lo, hi = self.samples_per_prompt_bounds
+        names = ("samples_per_prompt_mean", "min_samples_per_prompt", "max_samples_per_prompt")
+        for name, value in zip(names, (mean, lo, hi), strict=True):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer (completions per prompt), got {value!r}.")
+        if lo < self.num_generations:
+            raise ValueError(
+                f"min_samples_per_prompt={lo} is below num_generations={self.num_generations}: a prompt's pool would "
+                "be too small to downsample to a group. Raise min_samples_per_prompt or lower num_generations."
+            )
+        if not lo <= mean <= hi:
+            raise ValueError(
+                f"samples_per_prompt_mean={mean} must lie between min_samples_per_prompt={lo} and "
+                f"max_samples_per_prompt={hi}, or the step's budget cannot be split within the bounds."
+            )
+
+    @property
+    def samples_per_prompt_bounds(self) -> tuple[int, int, int]:
+        """(mean, min, max) completions per prompt under `sampling_strategy="estimate"`, defaults resolved."""
+        mean = 2 * self.num_generations if self.samples_per_prompt_mean is None else self.samples_per_prompt_mean
+        lo = self.num_generations if self.min_samples_per_prompt is None else self.min_samples_per_prompt
+        hi = (
+            self.samples_per_round * self.max_rounds
+            if self.max_samples_per_prompt is None
+            else self.max_samples_per_prompt
+        )
+        return mean, lo, hi
+
+    def pass_rate_memory(self) -> PassRateMemory:
+        """An empty pass-rate memory with this configuration's prior, decay and cap."""
+        return PassRateMemory(
+            self.pass_rate_alpha, self.pass_rate_beta, self.pass_rate_decay, self.pass_rate_max_prompts
+        )
+
     @property
     def exit_rule(self) -> ExitRule:
         return ExitRule.for_strategy(
@@ -168,11 +317,13 @@ class ReinforceAdaConfig(GRPOConfig):
         )
 
     def schedule(self) -> Schedule:
-        """The sampling schedule the trainer (and the simulator) run each step."""
+        """The sampling schedule the trainer (and the simulator) run each step. Under `"estimate"` it is one round
+        of at most `max_samples_per_prompt`; the trainer sizes it per prompt from the memory."""
+        estimate = self.sampling_strategy == "estimate"
         return Schedule.from_strategy(
             self.sampling_strategy,
             self.num_generations,
-            samples_per_round=self.samples_per_round,
+            samples_per_round=self.samples_per_prompt_bounds[2] if estimate else self.samples_per_round,
             max_rounds=self.max_rounds,
             positive_threshold=self.positive_threshold,
             min_positives=self.min_positives,

@@ -10,6 +10,9 @@ One training step, for a batch of prompts:
         stop when no prompt is active (on any process)
     downsample each prompt's pool to `group_size` completions, half positive where it can
 
+Reinforce-Ada-Est is the same loop with a single round whose per-prompt sizes the caller passes in
+(`first_round_sizes`, from `allocation.allocate` over a pass-rate memory) and no exit rule.
+
 Completions are opaque handles: the caller's `generate` returns them and `score` turns them into rewards, so the
 same loop runs inside the trainer (handles are row indices into TRL's generation output) and in simulations
 (handles are Bernoulli draws).
@@ -24,8 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-STRATEGIES = ("balanced", "positive", "uniform")
+STRATEGIES = ("balanced", "positive", "uniform")  # exit rules; "estimate" (Est) is one round sized by the caller
 ROUND_SIZINGS = ("fixed", "posterior")
+DOWNSAMPLES = ("balanced", "uniform")
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,16 @@ class ExitRule:
         min_negatives: int | None = None,
     ) -> ExitRule:
         """The paper's rules: `balanced` waits for a half-positive, half-negative group; `positive` for one
-        correct answer; `uniform` (plain GRPO) accepts whatever one round gives. Explicit counts override."""
+        correct answer; `uniform` (plain GRPO) and `estimate` (Reinforce-Ada-Est, one round sized in advance) accept
+        whatever one round gives. Explicit counts override."""
         defaults = {
             "balanced": (group_size // 2, group_size - group_size // 2),
             "positive": (1, 0),
             "uniform": (0, 0),
+            "estimate": (0, 0),
         }
         if strategy not in defaults:
-            raise ValueError(f"Unknown sampling strategy {strategy!r}; expected one of {STRATEGIES}.")
+            raise ValueError(f"Unknown sampling strategy {strategy!r}; expected one of {(*STRATEGIES, 'estimate')}.")
         default_pos, default_neg = defaults[strategy]
         return cls(
             default_pos if min_positives is None else min_positives,
@@ -125,10 +131,14 @@ class Schedule:
         round_sizing: str = "fixed",
         prior: tuple[float, float] = (1.0, 1.0),
     ) -> Schedule:
-        """`uniform` is plain GRPO: a single round of exactly `group_size` completions."""
+        """`uniform` is plain GRPO: a single round of exactly `group_size` completions. `estimate` is a single round
+        whose per-prompt sizes the caller passes to `sample_adaptively` (`first_round_sizes`); `samples_per_round`
+        is then the most any prompt may get."""
         rule = ExitRule.for_strategy(strategy, group_size, min_positives, min_negatives)
         if strategy == "uniform":
             samples_per_round, max_rounds, round_sizing = group_size, 1, "fixed"
+        elif strategy == "estimate":
+            max_rounds, round_sizing = 1, "fixed"
         return cls(group_size, samples_per_round, max_rounds, rule, positive_threshold, round_sizing, prior)
 
 
@@ -309,6 +319,7 @@ def sample_adaptively(
     generate: GenerateFn,
     score: ScoreFn,
     any_active: Callable[[bool], bool] = bool,
+    first_round_sizes: Sequence[int] | None = None,
 ) -> SamplingResult:
     """Run the successive-elimination rounds for `num_prompts` prompts.
 
@@ -316,12 +327,26 @@ def sample_adaptively(
     order; `score(requests, handles)` returns one reward per handle. `any_active(local)` lets several processes
     agree on whether another round is needed: every process must run the same number of rounds because generation
     is a collective call (vLLM server, ZeRO-3), so a process with nothing left still calls `generate([])`.
+    `first_round_sizes`, one per prompt within `[1, schedule.budget]`, replaces the schedule's first round (sized
+    from a pass-rate memory, e.g. by `allocation.allocate` for Reinforce-Ada-Est); later rounds follow the schedule.
     """
+    if first_round_sizes is not None:
+        first_round_sizes = list(first_round_sizes)
+        if len(first_round_sizes) != num_prompts or not all(1 <= n <= schedule.budget for n in first_round_sizes):
+            raise ValueError(
+                f"first_round_sizes must hold {num_prompts} sizes in [1, {schedule.budget}] (the per-prompt budget), "
+                f"got {first_round_sizes}."
+            )
     pools = [Pool(schedule.positive_threshold) for _ in range(num_prompts)]
     active = list(range(num_prompts))
     rounds = 0
     while rounds < schedule.max_rounds and any_active(bool(active)):
-        requests = [Request(i, schedule.round_size(pools[i], rounds)) for i in active]
+        if rounds == 0 and first_round_sizes is not None:
+            requests = [Request(i, first_round_sizes[i]) for i in active]
+        else:  # a larger first round can leave less than a fixed round of budget: never exceed the budget
+            requests = [
+                Request(i, min(schedule.round_size(pools[i], rounds), schedule.budget - len(pools[i]))) for i in active
+            ]
         handles = generate(requests)
         rewards = list(score(requests, handles))
         expected = sum(r.num_samples for r in requests)
@@ -342,14 +367,25 @@ def sample_adaptively(
     return SamplingResult(pools, rounds)
 
 
-def downsample(pool: Pool, group_size: int, rng: random.Random) -> list[int]:
-    """Pick `group_size` pool indices at random: `group_size // 2` positives and the rest negatives, topping up
-    from the other kind when one is short. Unscorable completions are used only when nothing else is left."""
+def downsample(pool: Pool, group_size: int, rng: random.Random, mode: str = "balanced") -> list[int]:
+    """Pick `group_size` pool indices at random.
+
+    `"balanced"`: `group_size // 2` positives and the rest negatives, topping up from the other kind when one is
+    short. `"uniform"`: a uniform draw without replacement from the scorable completions, so the kept group is
+    distributed as a fresh GRPO group (what an importance weight such as ODC's 1/p_hat assumes). In both modes
+    unscorable completions are used only when nothing else is left.
+    """
+    if mode not in DOWNSAMPLES:
+        raise ValueError(f"Unknown downsample mode {mode!r}; expected one of {DOWNSAMPLES}.")
     if len(pool) < group_size:
         raise ValueError(f"A pool of {len(pool)} completions cannot fill a group of {group_size}.")
+    unscored = [i for i in range(len(pool)) if math.isnan(pool.rewards[i])]
+    if mode == "uniform":
+        scored = [i for i in range(len(pool)) if not math.isnan(pool.rewards[i])]
+        num_scored = min(len(scored), group_size)
+        return sorted(rng.sample(scored, num_scored) + rng.sample(unscored, group_size - num_scored))
     positives = [i for i in range(len(pool)) if pool.is_positive(i)]
     negatives = [i for i in range(len(pool)) if pool.is_negative(i)]
-    unscored = [i for i in range(len(pool)) if math.isnan(pool.rewards[i])]
     num_pos = min(len(positives), group_size // 2)
     num_neg = min(len(negatives), group_size - num_pos)
     num_pos = min(len(positives), group_size - num_neg)

@@ -10,9 +10,13 @@ through the trainer's own engine (`sample_adaptively`, `downsample`, `Tally`), w
 - The sequential limit of an Ada rule: one sample at a time, stopping the instant the rule holds (same budget). A
   schedule with the same rule and budget can only match its samples by drawing in more generation calls, so it is the
   floor the others are measured against.
+- Reinforce-Ada-Est: one round per step, the step's budget split across its prompts by `allocation.allocate` from a
+  `PassRateMemory` carried across steps (and epochs), as the trainer does with `sampling_strategy="estimate"`.
 
-Each prompt's rewards are one fixed stream shared by every engine strategy (common random numbers), so an Ada
-schedule and its sequential limit resolve exactly the same prompts and their sample counts compare directly.
+The prompt set is fixed and visited `epochs` times (the memory needs repeated visits to learn; the first epoch starts
+from the prior), in a fresh order each epoch after the first. Each prompt's rewards are one fixed stream per epoch
+shared by every engine strategy (common random numbers), so an Ada schedule and its sequential limit resolve exactly
+the same prompts and their sample counts compare directly.
 
     trl-ada simulate --pass-rates beta:0.5,4 --prompts 4096 --plot signal.png
 """
@@ -30,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .allocation import ALLOCATION_RULES, allocate
 from .engine import ExitRule, Pool, Request, Schedule, Tally, downsample, sample_adaptively
+from .memory import PassRateMemory
 
 Draw = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -110,14 +116,59 @@ def read_pass_rates(path: str | Path, kept_only: bool = True) -> list[float]:
 
 # ---------------------------------------------------------------------------------------------------- strategies
 @dataclass(frozen=True)
+class Estimate:
+    """Reinforce-Ada-Est's knobs (see `ReinforceAdaConfig`): per-prompt samples within `[min_samples, max_samples]`
+    averaging `mean`, split by `rule` from a pass-rate memory with a Beta(alpha, beta) prior and `decay`."""
+
+    mean: int
+    min_samples: int
+    max_samples: int
+    rule: str = "inv_sqrt_p"
+    alpha: float = 1.0
+    beta: float = 16.0
+    decay: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.rule not in ALLOCATION_RULES:
+            raise ValueError(f"Unknown allocation rule {self.rule!r}; expected one of {ALLOCATION_RULES}.")
+        if not 1 <= self.min_samples <= self.mean <= self.max_samples:
+            raise ValueError(
+                f"Need 1 <= min_samples <= mean <= max_samples, got {self.min_samples}, {self.mean}, "
+                f"{self.max_samples}."
+            )
+
+    def schedule(self, group_size: int) -> Schedule:
+        """The one-round schedule whose per-prompt sizes the allocation fills in."""
+        return Schedule.from_strategy("estimate", group_size, samples_per_round=self.max_samples)
+
+    def memory(self) -> PassRateMemory:
+        return PassRateMemory(self.alpha, self.beta, self.decay)
+
+
+@dataclass(frozen=True)
 class Strategy:
     """A named way to sample one step. `refill_batches > 0` makes it DAPO-style dynamic sampling over its (uniform)
-    schedule, with at most that many generation batches per step."""
+    schedule, with at most that many generation batches per step. `estimate` makes it Reinforce-Ada-Est (its
+    schedule must then be `estimate.schedule(group_size)`)."""
 
     name: str
     schedule: Schedule
     refill_batches: int = 0
     is_sequential_limit: bool = False
+    estimate: Estimate | None = None
+
+    @classmethod
+    def est(cls, group_size: int, estimate: Estimate, name: str | None = None) -> Strategy:
+        if estimate.min_samples < group_size:
+            raise ValueError(
+                f"Est's min_samples={estimate.min_samples} is below the group size {group_size}: a pool would be too "
+                "small to downsample."
+            )
+        name = (
+            name
+            or f"Ada Est {estimate.rule}, mean {estimate.mean} in [{estimate.min_samples}, {estimate.max_samples}]"
+        )
+        return cls(name, estimate.schedule(group_size), estimate=estimate)
 
     @property
     def has_exit_rule(self) -> bool:
@@ -139,8 +190,12 @@ def default_strategies(
     rules: Sequence[str] = ("positive", "balanced"),
     min_positives: int | None = None,
     min_negatives: int | None = None,
+    estimate_means: Sequence[int] = (),
+    allocation_rule: str = "inv_sqrt_p",
 ) -> list[Strategy]:
-    """GRPO at each size, DAPO at `group_size`, then per Ada rule: each round sizing and the sequential limit."""
+    """GRPO at each size, DAPO at `group_size`, then per Ada rule: each round sizing and the sequential limit; then
+    Est for each mean in `estimate_means`, within `[group_size, samples_per_round * max_rounds]` (the trainer's
+    defaults)."""
     strategies = [Strategy(f"GRPO n={n}", Schedule.from_strategy("uniform", n)) for n in grpo_sizes]
     if refill_batches > 0:
         dapo = Schedule.from_strategy("uniform", group_size)
@@ -156,6 +211,9 @@ def default_strategies(
             rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives
         )
         strategies.append(Strategy(f"sequential limit ({rule})", sequential_limit(schedule), is_sequential_limit=True))
+    for mean in estimate_means:
+        estimate = Estimate(mean, group_size, samples_per_round * max_rounds, allocation_rule)
+        strategies.append(Strategy.est(group_size, estimate))
     return strategies
 
 
@@ -176,10 +234,12 @@ class Outcome:
 
 
 class _Rewards:
-    """0/1 rewards: sample `t` of prompt `i` is positive iff `uniforms[i, t] < pass_rates[i]`."""
+    """0/1 rewards: sample `t` of prompt `i` is positive iff `uniforms[i, t] < pass_rates[i]`. `prompt_ids` names
+    each row's prompt (rows are permuted between epochs; the memory keys on the id)."""
 
-    def __init__(self, pass_rates: np.ndarray, uniforms: np.ndarray):
+    def __init__(self, pass_rates: np.ndarray, uniforms: np.ndarray, prompt_ids: np.ndarray | None = None):
         self.pass_rates, self.uniforms = pass_rates, uniforms
+        self.prompt_ids = np.arange(len(pass_rates)) if prompt_ids is None else prompt_ids
         self.served = np.zeros(len(pass_rates), dtype=np.int64)
 
     def generate(self, offset: int) -> Callable[[list[Request]], list[float]]:
@@ -205,16 +265,29 @@ def _final_group(pool: Pool, group_size: int, rng: random.Random) -> list[float]
     return [pool.rewards[i] for i in downsample(pool, group_size, rng)]
 
 
-def _run_engine(strategy: Strategy, rewards: _Rewards, batch_size: int, seed: int) -> Outcome:
+def _run_engine(strategy: Strategy, epochs: list[_Rewards], batch_size: int, seed: int) -> Outcome:
+    """Every epoch: the prompts in that epoch's order (`_Rewards` already permuted), `batch_size` per step."""
     schedule, rng = strategy.schedule, random.Random(seed)
+    estimate = strategy.estimate
+    memory = estimate.memory() if estimate is not None else None
     tally, rounds, samples, groups = Tally(), [], [], []
-    for offset in range(0, len(rewards.pass_rates), batch_size):
-        num = min(batch_size, len(rewards.pass_rates) - offset)
-        result = sample_adaptively(num, schedule, rewards.generate(offset), _identity_score)
-        tally += Tally.of(result.pools)
-        rounds.append(result.rounds)
-        samples.extend(len(pool) for pool in result.pools)
-        groups.extend(_final_group(pool, schedule.group_size, rng) for pool in result.pools)
+    for rewards in epochs:
+        for offset in range(0, len(rewards.pass_rates), batch_size):
+            num = min(batch_size, len(rewards.pass_rates) - offset)
+            sizes, keys = None, None
+            if estimate is not None:
+                keys = [str(i) for i in rewards.prompt_ids[offset : offset + num]]
+                p_hat = memory.p_hat_many(keys)
+                sizes = allocate(p_hat, estimate.mean * num, estimate.min_samples, estimate.max_samples, estimate.rule)
+            result = sample_adaptively(
+                num, schedule, rewards.generate(offset), _identity_score, first_round_sizes=sizes
+            )
+            if memory is not None:
+                memory.update_many((k, p.num_positive, len(p)) for k, p in zip(keys, result.pools, strict=True))
+            tally += Tally.of(result.pools)
+            rounds.append(result.rounds)
+            samples.extend(len(pool) for pool in result.pools)
+            groups.extend(_final_group(pool, schedule.group_size, rng) for pool in result.pools)
     return _outcome(strategy, tally.samples / tally.prompts, np.percentile(samples, 95), rounds, groups, tally)
 
 
@@ -270,28 +343,39 @@ def simulate(
     num_prompts: int = 4096,
     batch_size: int = 256,
     seed: int = 0,
+    epochs: int = 1,
 ) -> list[Outcome]:
-    """Run every strategy on `num_prompts` trained prompts, `batch_size` prompts per step.
+    """Run every strategy on `num_prompts` prompts, `epochs` passes over them, `batch_size` prompts per step.
 
-    Engine strategies all see the same prompts and the same reward stream per prompt. DAPO draws fresh prompts from
-    `pass_rates` for each generation batch. An Ada strategy's `sequential_ratio` is filled in when the list holds the
-    sequential limit of its schedule.
+    Engine strategies all see the same prompts, in the same order, and the same reward stream per prompt and epoch.
+    DAPO draws fresh prompts from `pass_rates` for each generation batch (as many steps). An Ada strategy's
+    `sequential_ratio` is filled in when the list holds the sequential limit of its schedule. Outcomes average over
+    every epoch, the first (memory still at its prior) included.
     """
-    if num_prompts < 1 or batch_size < 1:
-        raise ValueError(f"num_prompts and batch_size must be >= 1, got {num_prompts} and {batch_size}.")
+    if num_prompts < 1 or batch_size < 1 or epochs < 1:
+        raise ValueError(
+            f"num_prompts, batch_size and epochs must be >= 1, got {num_prompts}, {batch_size} and {epochs}."
+        )
     if not strategies:
         raise ValueError("No strategies to simulate.")
     np_rng = np.random.default_rng([seed, 0])
     rates = pass_rates.draw(np_rng, num_prompts)
     width = max(s.schedule.budget for s in strategies)
-    uniforms = np_rng.random((num_prompts, width))
-    steps = math.ceil(num_prompts / batch_size)
+    uniforms = np_rng.random((num_prompts, width * epochs))
+    orders = [np.arange(num_prompts)] + [
+        np.random.default_rng([seed, 2, e]).permutation(num_prompts) for e in range(1, epochs)
+    ]
+    steps = math.ceil(num_prompts / batch_size) * epochs
     outcomes = []
     for strategy in strategies:
         if strategy.refill_batches:
             outcomes.append(_run_refill(strategy, pass_rates, steps, batch_size, seed))
         else:
-            outcomes.append(_run_engine(strategy, _Rewards(rates, uniforms), batch_size, seed))
+            rewards = [
+                _Rewards(rates[order], uniforms[order, e * width : (e + 1) * width], order)
+                for e, order in enumerate(orders)
+            ]
+            outcomes.append(_run_engine(strategy, rewards, batch_size, seed))
     floors = {
         _rule_key(s.schedule): o.samples_per_prompt
         for s, o in zip(strategies, outcomes, strict=True)
@@ -342,7 +426,7 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
     )
 
 
-_MARKERS = {"GRPO": "o", "DAPO": "s", "Ada positive": "^", "Ada balanced": "v", "sequential": "*"}
+_MARKERS = {"GRPO": "o", "DAPO": "s", "Ada positive": "^", "Ada balanced": "v", "Ada Est": "D", "sequential": "*"}
 
 
 def draw(ax, outcomes: Sequence[Outcome], title: str = "") -> None:
@@ -388,7 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with a pass-rate file from `trl-ada prepare`: also use the prompts it did not keep (kept = false)",
     )
-    parser.add_argument("--prompts", type=int, default=4096, help="trained prompts per strategy (default: 4096)")
+    parser.add_argument("--prompts", type=int, default=4096, help="distinct prompts (default: 4096)")
+    parser.add_argument(
+        "--epochs", type=int, default=4, help="passes over the prompts; Est's memory learns across them (default: 4)"
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="prompts per training step (default: 256)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--group-size", type=int, default=4, help="num_generations: the final group (default: 4)")
@@ -409,6 +496,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--round-sizing", nargs="*", default=["fixed", "posterior"], choices=["fixed", "posterior"], dest="sizings"
     )
+    parser.add_argument(
+        "--estimate",
+        type=int,
+        nargs="*",
+        default=[8, 16],
+        metavar="MEAN",
+        help="Reinforce-Ada-Est rows: mean samples per prompt, each within [group size, samples-per-round x "
+        "max-rounds] (default: 8 16)",
+    )
+    parser.add_argument(
+        "--allocation-rule", default="inv_sqrt_p", choices=list(ALLOCATION_RULES), help="Est's allocation rule"
+    )
     parser.add_argument("--plot", metavar="PNG", help="also save signal fraction vs samples per prompt")
     return parser
 
@@ -427,13 +526,16 @@ def main(argv: list[str] | None = None) -> int:
             args.rules,
             args.min_positives,
             args.min_negatives,
+            args.estimate,
+            args.allocation_rule,
         )
-        outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed)
+        outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed, args.epochs)
     except ValueError as error:
         print(f"trl-ada simulate: {error}")
         return 2
     print(
-        f"{pass_rates.name}: {args.prompts} prompts, {args.batch_size} per step, seed {args.seed}; "
+        f"{pass_rates.name}: {args.prompts} prompts x {args.epochs} epochs, {args.batch_size} per step, "
+        f"seed {args.seed}; "
         f"Ada: group {args.group_size}, budget {args.samples_per_round} x {args.max_rounds}"
     )
     print(format_table(outcomes))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import random
 import textwrap
 from collections import defaultdict
@@ -10,12 +11,19 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather, gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import difficulty_weights, nan_mean_std, normalized_advantages
+from .advantages import difficulty_weights, nan_mean_std, normalized_advantages, odc_weights
+from .allocation import allocate
+from .checks import RewardFunctionError, RewardGuard, check_reward_columns, excerpt
 from .config import ReinforceAdaConfig
-from .engine import Request, SamplingResult, Tally, downsample, sample_adaptively
+from .engine import Pool, Request, SamplingResult, Tally, downsample, sample_adaptively
+from .memory import prompt_key, prompt_text_key
+
+logger = logging.get_logger(__name__)
 
 
 class ReinforceAdaTrainer(GRPOTrainer):
@@ -26,7 +34,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
     `samples_per_round` more completions (or, with `round_sizing="posterior"`, a number sized from each prompt's
     counts so far) for the prompts still *active*, scores them, and retires a prompt once its exit rule holds or its
     budget is spent. Each prompt's pool is then downsampled to `num_generations` completions (half positive where it
-    can) and the advantages use the whole pool's statistics.
+    can) and the advantages use the whole pool's statistics. With `sampling_strategy="estimate"` (Reinforce-Ada-Est)
+    there is one round per step instead, its per-prompt sizes split from a budget by each prompt's pass rate in a
+    memory kept across steps (`ada_memory`, identical on every process, saved in every checkpoint and restored by
+    `train(resume_from_checkpoint=...)`). The memory is updated under every strategy.
 
     Differences from [`~trl.GRPOTrainer`], all in training mode (evaluation is unchanged):
 
@@ -66,10 +77,32 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 # TRL's tool loop indexes per-row state built for the original batch, which rounds of other sizes
                 # would misalign.
                 raise NotImplementedError(f"ReinforceAdaTrainer does not support `{unsupported}` yet.")
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
+            check_reward_columns(_as_list(reward_funcs), getattr(kwargs.get("train_dataset"), "column_names", None))
+        try:
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+        except OSError as error:  # TRL's message suggests `vllm serve`; TRL's server is `trl vllm-serve`
+            # requests' ConnectionError is an OSError, not the builtin ConnectionError.
+            if not (args.use_vllm and args.vllm_mode == "server" and type(error).__name__ == "ConnectionError"):
+                raise
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            raise ConnectionError(
+                f"{error} Start TRL's server first, on GPUs the trainer does not use: `CUDA_VISIBLE_DEVICES=... trl "
+                f"vllm-serve --model {model_name}`, then point the trainer at it with vllm_server_base_url (or "
+                f"vllm_server_host / vllm_server_port). The trainer waits vllm_server_timeout="
+                f"{args.vllm_server_timeout} s for it; raise that if the server is still loading the model."
+            ) from error
         self.ada_schedule = args.schedule()
+        self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
+        columns = getattr(self.train_dataset, "column_names", None)
+        if args.prompt_id_column is not None and columns is not None and args.prompt_id_column not in columns:
+            raise ValueError(
+                f"prompt_id_column={args.prompt_id_column!r} is not a column of the training dataset ({columns}). "
+                "Name a column that identifies each prompt, or leave it None to identify prompts by their text."
+            )
         self._ada_inputs: list[dict[str, Any]] | None = None  # the dataset rows of the step being generated
         self._ada_step: _AdaStep | None = None
+        self._ada_warned_context = False  # the prompt-beyond-context warning is given once per run
 
     # ------------------------------------------------------------------ seam 1: generation in rounds
     def _generate(self, prompts: list):
@@ -80,6 +113,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         starts = _group_starts(prompts, group_size)
         unique_prompts = [prompts[s] for s in starts]
         unique_inputs = [self._ada_inputs[s] for s in starts]
+        self._check_prompts(unique_prompts)
         rollouts = _Rollouts(self.reward_weights)
         parent_generate, parent_rewards = super()._generate, super()._calculate_rewards
 
@@ -91,8 +125,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             round_prompts = [unique_prompts[i] for i in rows_padded]
             with self._num_generations_as(run):
                 output = parent_generate(round_prompts)
+            self._warn_if_beyond_context(output[0], round_prompts)
             round_inputs = _merge_extra_fields([unique_inputs[i] for i in rows_padded], output[5])
-            rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
+            guard = RewardGuard(self.reward_func_names)
+            with self._reward_funcs_as(guard.wrap(self.reward_funcs)):
+                rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
+            self._raise_if_any_reward_failed(guard, round_prompts, output[3], rows_padded)
             first = self.accelerator.process_index * len(rows_padded)  # the rewards come back gathered
             rewards = rewards[first : first + len(rows_padded)]
             return rollouts.add(output, rewards, self._pop_extra_logs(len(rows_padded)), keep=len(rows))
@@ -100,13 +138,140 @@ class ReinforceAdaTrainer(GRPOTrainer):
         def score(requests: list[Request], handles: list[int]) -> list[float]:
             return [rollouts.totals[h] for h in handles]
 
-        result = sample_adaptively(len(unique_prompts), self.ada_schedule, generate, score, self._any_process)
-        rng = random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{self.state.global_step}")
-        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng)] for pool in result.pools]
+        keys = self._memory_keys(unique_prompts, unique_inputs)
+        p_hat = self.ada_memory.p_hat_many(keys)  # before this step's rewards: ODC's weight must not see them
+        sizes = self._allocate(p_hat)
+        result = sample_adaptively(
+            len(unique_prompts), self.ada_schedule, generate, score, self._any_process, first_round_sizes=sizes
+        )
+        self._update_memory(keys, result.pools)
+        rng = self._downsample_rng()
+        mode = self.args.downsample
+        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.pools]
         rows = [row for group in kept for row in group]
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), rollouts.completion_tokens)
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), rollouts.completion_tokens, p_hat)
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
+
+    # ------------------------------------------------------------------ pass-rate memory (Reinforce-Ada-Est)
+    def _memory_keys(self, prompts: list, inputs: list[dict[str, Any]]) -> list[str]:
+        """Each prompt's identity in the memory: its `prompt_id_column` value, else a hash of the prompt."""
+        column = self.args.prompt_id_column
+        if column is None:
+            return [prompt_text_key(prompt) for prompt in prompts]
+        if any(column not in row for row in inputs):
+            raise KeyError(
+                f"prompt_id_column={column!r} is not a column of the training rows (columns: {sorted(inputs[0])}). "
+                "Add it to the dataset or set prompt_id_column=None to identify prompts by their text."
+            )
+        return [prompt_key(row[column]) for row in inputs]
+
+    def _allocate(self, p_hat: list[float]) -> list[int] | None:
+        """Reinforce-Ada-Est: this process's budget, `samples_per_prompt_mean` per prompt, split by the allocation
+        rule (deterministic, so a resumed run allocates as an uninterrupted one). `None` for the Seq strategies."""
+        if self.args.sampling_strategy != "estimate":
+            return None
+        mean, lo, hi = self.args.samples_per_prompt_bounds
+        return allocate(p_hat, mean * len(p_hat), lo, hi, self.args.allocation_rule)
+
+    def _update_memory(self, keys: list[str], pools: list[Pool]) -> None:
+        """Record this step's scored counts from every process, in rank order, so every copy stays identical."""
+        updates = [
+            (key, pool.num_positive, pool.num_positive + pool.num_negative)
+            for key, pool in zip(keys, pools, strict=True)
+        ]
+        if self.accelerator.num_processes > 1:
+            updates = gather_object(updates)  # the concatenation of every rank's list, in rank order
+        self.ada_memory.update_many(updates)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Write the pass-rate memory into the checkpoint folder too (before the rest, so a Hub push includes it)."""
+        if self.args.should_save:
+            checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            output_dir = os.path.join(self._get_output_dir(trial=trial), checkpoint)
+            os.makedirs(output_dir, exist_ok=True)
+            self.ada_memory.save(output_dir)
+        super()._save_checkpoint(model, trial)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """[`~transformers.Trainer.train`], restoring the pass-rate memory on every process when resuming. Done here
+        rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the
+        memory leaves it empty, with a warning."""
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+        if isinstance(checkpoint, str | os.PathLike) and not self.ada_memory.load(checkpoint):
+            logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
+        return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _downsample_rng(self) -> random.Random:
+        """The step's downsampling RNG: a function of (seed, process, global step) only, so a resumed run draws the
+        same kept rows as an uninterrupted one without saving any RNG state."""
+        return random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{self.state.global_step}")
+
+    @contextmanager
+    def _reward_funcs_as(self, funcs: list) -> Iterator[None]:
+        saved, self.reward_funcs = self.reward_funcs, funcs
+        try:
+            yield
+        finally:
+            self.reward_funcs = saved
+
+    def _raise_if_any_reward_failed(self, guard: RewardGuard, prompts: list, completions: list, rows: list[int]):
+        """Raise the same error on every process when a reward failed on any of them (one flag gathered per round)."""
+        failure = guard.failure
+        message = None
+        if failure is not None:
+            message = (
+                f"{failure.describe(prompts, completions, rows.__getitem__)} (training step "
+                f"{self.state.global_step + 1}). Fix or guard the reward function; return None for a completion it "
+                "cannot score."
+            )
+        self._raise_on_every_process(message, RewardFunctionError, failure.error if failure is not None else None)
+
+    def _check_prompts(self, prompts: list) -> None:
+        """Reject empty text prompts, which tokenize to nothing and make generation fail far from the cause."""
+        empty = [i for i, prompt in enumerate(prompts) if isinstance(prompt, str) and not prompt.strip()]
+        message = None
+        if empty:
+            message = (
+                f"Prompt {empty[0]} of this process's batch is empty or blank ({prompts[empty[0]]!r}); an empty text "
+                "prompt cannot be sampled. Drop such rows from the dataset, e.g. "
+                "`dataset.filter(lambda row: row['prompt'].strip())`."
+            )
+        self._raise_on_every_process(message, ValueError)
+
+    def _raise_on_every_process(
+        self, local_message: str | None, error_type: type[Exception], cause: BaseException | None = None
+    ) -> None:
+        """Raise `error_type` on every process when any process has a message, else return. A process raising alone
+        would leave the others waiting forever in their next collective call; this costs one gathered flag."""
+        if not self._any_process(local_message is not None):
+            return
+        message = local_message
+        if self.accelerator.num_processes > 1:
+            messages = gather_object([local_message])
+            rank = next(r for r, m in enumerate(messages) if m is not None)
+            message = f"On process {rank}: {messages[rank]}"
+        raise error_type(message) from cause
+
+    def _warn_if_beyond_context(self, prompt_ids: list[list[int]], prompts: list) -> None:
+        """Warn once when a prompt plus `max_completion_length` overruns the model's context: generation still
+        runs (Transformers only warns, without naming the prompt), but such completions are unreliable."""
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if self._ada_warned_context or context is None:
+            return
+        budget = context - self.max_completion_length
+        for ids, prompt in zip(prompt_ids, prompts, strict=True):
+            if len(ids) > budget:
+                self._ada_warned_context = True
+                logger.warning(
+                    f"A prompt of {len(ids)} tokens, {excerpt(prompt)}, leaves less than max_completion_length="
+                    f"{self.max_completion_length} tokens of the model's {context}-token context "
+                    "(max_position_embeddings); its completions run past the positions the model was trained on. "
+                    "Filter long prompts from the dataset or lower max_completion_length. Warned once per run."
+                )
+                return
 
     # ------------------------------------------------------------------ seam 2: no second scoring
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -148,8 +313,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
             scale = nan_mean_std(gather(reference.to(device)).flatten().cpu())[1]
         else:
             scale = None
-        pass_rate = torch.tensor([p.pass_rate for p in step.result.pools], dtype=kept.dtype)
-        weights = difficulty_weights(pass_rate, self.args.difficulty_weighting, self.args.max_difficulty_weight)
+        if self.args.difficulty_weighting == "odc":
+            weights = odc_weights(step.p_hat, self.args.max_difficulty_weight).to(kept.dtype)
+        else:
+            pass_rate = torch.tensor([p.pass_rate for p in step.result.pools], dtype=kept.dtype)
+            weights = difficulty_weights(pass_rate, self.args.difficulty_weighting, self.args.max_difficulty_weight)
         advantages = normalized_advantages(kept, baseline, scale, weights)
         return advantages.flatten().to(device), weights
 
@@ -159,6 +327,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             tally = sum(gather_object([tally]), Tally())
         metrics = tally.metrics(step.result.rounds)
         metrics["ada/completion_tokens"] = float(self._sum_over_processes(step.completion_tokens))
+        metrics.update(self._memory_metrics(step))
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
         # GRPOTrainer logged its group advantages for the completions table; show the ones actually used.
@@ -167,6 +336,21 @@ class ReinforceAdaTrainer(GRPOTrainer):
         for _ in range(min(len(all_advantages), len(logged))):
             logged.pop()
         logged.extend(all_advantages)
+
+    def _memory_metrics(self, step: _AdaStep) -> dict[str, float]:
+        """Mean memory pass rate of the step's prompts (read before the update), the memory's size after it, and
+        the spread of samples per prompt (under `"estimate"`, the allocation), over every process."""
+        local = (step.p_hat, [len(pool) for pool in step.result.pools])
+        parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
+        p_hat = [p for part in parts for p in part[0]]
+        sizes = [n for part in parts for n in part[1]]
+        return {
+            "ada/p_hat_mean": sum(p_hat) / max(len(p_hat), 1),
+            "ada/memory_size": float(len(self.ada_memory)),
+            "ada/alloc_min": float(min(sizes, default=0)),
+            "ada/alloc_mean": sum(sizes) / max(len(sizes), 1),
+            "ada/alloc_max": float(max(sizes, default=0)),
+        }
 
     # ------------------------------------------------------------------ multi-process agreement
     def _any_process(self, local: bool) -> bool:
@@ -215,6 +399,7 @@ class _AdaStep:
     result: SamplingResult
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     completion_tokens: int  # generated this step on this process, every round, kept or not (padding excluded)
+    p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
 
 
 @dataclass
@@ -277,6 +462,12 @@ class _Rollouts:
             none_if_empty["images"],
             none_if_empty["tool_images"] or [],
         )
+
+
+def _as_list(reward_funcs: Any) -> list:
+    if reward_funcs is None:
+        return []
+    return list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
 
 
 def _total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,106 @@
+"""Reinforce-Ada-Est in the budget simulator and the engine pieces it uses, against closed forms."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+import trl_ada.simulate
+from trl_ada.allocation import allocate
+from trl_ada.engine import Pool, Request, Schedule, downsample, sample_adaptively
+from trl_ada.simulate import Estimate, PassRates, Strategy, default_strategies, main, simulate
+
+
+def est(mean=8, lo=4, hi=32, rule="inv_sqrt_p", **kwargs):
+    return Strategy.est(4, Estimate(mean, lo, hi, rule, **kwargs))
+
+
+@pytest.mark.parametrize("rule", ["inv_sqrt_p", "inv_p", "variance_optimal"])
+def test_est_spends_exactly_its_budget_in_one_call_per_step(rule):
+    (outcome,) = simulate(PassRates.beta(0.5, 2), [est(mean=8, rule=rule)], 1024, 128, seed=1, epochs=3)
+    assert outcome.samples_per_prompt == 8.0  # every step's allocation sums to 8 x its prompts
+    assert (outcome.rounds, outcome.max_rounds) == (1, 1)
+    assert 8 < outcome.samples_p95 <= 32  # the memory moves samples between prompts, within the bounds
+    assert math.isnan(outcome.resolved) and math.isnan(outcome.sequential_ratio)
+
+
+def test_est_first_epoch_is_grpo_with_the_mean():
+    """Every prompt starts at the prior, so the first epoch splits evenly: n = 8 per prompt, and a final group has
+    signal unless the 8 samples agree: 1 - E[p^8] - E[(1-p)^8] = 1 - 2 / 9 under uniform(0, 1)."""
+    n = 4000
+    (outcome,) = simulate(PassRates.beta(1, 1), [est(mean=8)], n, 200, seed=2, epochs=1)
+    assert outcome.samples_p95 == 8
+    expected = 1 - 2 / 9
+    assert abs(outcome.signal - expected) <= 5 * math.sqrt(expected * (1 - expected) / n)
+
+
+def test_est_signal_matches_its_allocation(monkeypatch):
+    """All prompts share p = 0.3, the memory makes the sizes differ; given a prompt's size n, its fresh samples give
+    a final group with signal w.p. 1 - p^n - (1-p)^n (the balanced downsample keeps both kinds when the pool has
+    them). Average that over the allocations actually made."""
+    sizes = []
+
+    def recording_allocate(*args, **kwargs):
+        sizes.extend(result := allocate(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(trl_ada.simulate, "allocate", recording_allocate)
+    p, visits = 0.3, 1000 * 4
+    (outcome,) = simulate(PassRates.empirical([p]), [est(mean=6, lo=4, hi=12)], 1000, 50, seed=3, epochs=4)
+    assert len(sizes) == visits and len(set(sizes)) > 3
+    probabilities = [1 - p**n - (1 - p) ** n for n in sizes]
+    expected = sum(probabilities) / visits
+    variance = sum(q * (1 - q) for q in probabilities) / visits
+    assert abs(outcome.signal - expected) <= 5 * math.sqrt(variance / visits)
+
+
+def test_est_rows_in_the_defaults_and_the_command(capsys):
+    strategies = default_strategies(grpo_sizes=(), refill_batches=0, rules=(), estimate_means=(8, 16))
+    assert [s.estimate.mean for s in strategies] == [8, 16]
+    assert strategies[0].estimate.max_samples == 32 and strategies[0].schedule.budget == 32
+    args = ["--prompts", "128", "--batch-size", "64", "--grpo", "4", "--dapo-batches", "0", "--rules", "positive"]
+    assert main([*args, "--estimate", "8", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Ada Est inv_sqrt_p, mean 8 in [4, 32]" in out and "128 prompts x 2 epochs" in out
+    with pytest.raises(ValueError, match="min_samples <= mean"):
+        Estimate(40, 4, 32)
+    with pytest.raises(ValueError, match="below the group size"):
+        Strategy.est(4, Estimate(8, 2, 32))
+
+
+# ---------------------------------------------------------------------------------------------------- engine
+def test_uniform_downsample_draws_every_subset_equally():
+    """Pool: 3 positives, 3 negatives, 1 unscorable. Uniform keeps 2 of the 6 scorable: each of the 15 pairs w.p.
+    1/15 (the balanced mode would only ever keep one of each kind)."""
+    pool = Pool(0.5)
+    pool.add(list(range(7)), [1, 1, 1, 0, 0, 0, math.nan], 0)
+    rng, draws = random.Random(0), 15000
+    counts = Counter(tuple(downsample(pool, 2, rng, "uniform")) for _ in range(draws))
+    assert len(counts) == 15 and all(6 not in pair for pair in counts)
+    for count in counts.values():
+        assert abs(count - draws / 15) <= 5 * math.sqrt(draws * (1 / 15) * (14 / 15))
+    # Unscorable completions only fill what the scorable ones cannot.
+    assert downsample(pool, 7, rng, "uniform") == list(range(7))
+    with pytest.raises(ValueError, match="downsample mode"):
+        downsample(pool, 2, rng, "stratified")
+
+
+def test_first_round_sizes_replace_the_first_round_within_the_budget():
+    requested = []
+
+    def generate(requests: list[Request]) -> list[float]:
+        requested.append([(r.prompt_index, r.num_samples) for r in requests])
+        return [0.0] * sum(r.num_samples for r in requests)  # never right: prompts run to the end of the budget
+
+    schedule = Schedule.from_strategy("positive", 4, samples_per_round=8, max_rounds=3)
+    result = sample_adaptively(2, schedule, generate, lambda requests, handles: handles, first_round_sizes=[5, 20])
+    # Prompt 1 starts with 20 and may take only 4 more; prompt 0 continues with rounds of 8 after its 5.
+    assert requested == [[(0, 5), (1, 20)], [(0, 8), (1, 4)], [(0, 8)]]
+    assert [len(pool) for pool in result.pools] == [21, 24]
+    estimate = Schedule.from_strategy("estimate", 4, samples_per_round=16)
+    assert (estimate.max_rounds, estimate.budget, estimate.exit_rule.holds(0, 0)) == (1, 16, True)
+    with pytest.raises(ValueError, match="first_round_sizes"):
+        sample_adaptively(2, estimate, generate, lambda r, h: h, first_round_sizes=[4, 17])
