@@ -1,0 +1,403 @@
+"""``trl-ada train``: train with ``ReinforceAdaTrainer`` from a YAML recipe and/or command-line flags.
+
+    trl-ada train --config recipes/toy-cpu.yaml
+    trl-ada train --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml --max_steps 100 --output_dir runs/try
+    accelerate launch --config_file recipes/accelerate/zero2.yaml -m trl_ada.train \\
+        --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml
+
+Every field of ReinforceAdaConfig (all of GRPOConfig plus the sampling fields), trl.ModelConfig and
+trl.DatasetMixtureConfig is a flag, as in TRL's own ``trl grpo`` script; a flag overrides the same key in the YAML.
+
+Built-ins (the ``builtin:`` prefix cannot be a Hub id, so it never shadows a real model or dataset):
+  --model_name_or_path builtin:toy        the toy model after its supervised warm-up (built once, then cached)
+  --model_name_or_path builtin:toy-cold   the untrained toy model (smoke tests)
+  --dataset_name builtin:toy              the toy arithmetic task (train and test splits)
+  --reward_funcs toy | math | <a trl.rewards function> | <dotted.import.path>
+
+Datasets: a Hub name, a local .json/.jsonl/.parquet/.csv file (one split, "train"), a folder written by
+``Dataset.save_to_disk`` or holding data files, or a ``datasets:`` mixture in the YAML. The training split needs a
+``prompt`` column; ``trl-ada prepare`` writes one.
+
+Precision: GRPOConfig turns bf16 on by default. Without a bf16-capable GPU this command stops and says so instead of
+quietly training in fp32 on the CPU; pass ``--use_cpu true --bf16 false`` to train on the CPU on purpose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers.trainer_callback import ProgressCallback
+from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser
+
+from .config import ReinforceAdaConfig
+
+BUILTIN_PREFIX = "builtin:"
+TOY_MODELS = {"builtin:toy": True, "builtin:toy-cold": False}  # name -> supervised warm-up
+TOY_DATASET = "builtin:toy"
+TOY_SPLIT_SIZES = {"train": 8192, "test": 256}
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+class UsageError(ValueError):
+    """Input the user can fix; reported as one message, without a traceback."""
+
+
+@dataclass
+class TrainScriptArguments(ScriptArguments):
+    """Script arguments of ``trl-ada train``: TRL's dataset arguments plus the rewards."""
+
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions: 'math' (math-verify on the last \\boxed{}), 'toy', a function of trl.rewards "
+            "(e.g. 'accuracy_reward'), or a dotted import path ('my_module.my_reward'). Weights: --reward_weights."
+        },
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A sequence-classification reward model (Hub id or local folder), scored first."},
+    )
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Parsing
+# -------------------------------------------------------------------------------------------------------------------
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+class TrainParser(TrlParser):
+    """TrlParser over (script, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig) that checks the precision flags
+    against the hardware before GRPOConfig sees them, because GRPOConfig's own check fails with a less useful message.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, remaining = super().parse_known_args(args, namespace)
+        check_precision(namespace.bf16, namespace.fp16, namespace.use_cpu)
+        return namespace, remaining
+
+
+def make_parser(prog: str = "trl-ada train") -> TrainParser:
+    dataclass_types = (TrainScriptArguments, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig)
+    return TrainParser(
+        dataclass_types, prog=prog, description=__doc__.split("\n\n", 1)[1], formatter_class=_HelpFormatter
+    )
+
+
+def parse_args(
+    argv: Sequence[str] | None = None,
+) -> tuple[TrainScriptArguments, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig]:
+    """Parse ``--config file.yaml`` and flags into the four dataclasses; unknown keys or flags are a UsageError."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config_path = None
+    if "--config" in argv:
+        position = argv.index("--config")
+        if position + 1 == len(argv):
+            raise UsageError("--config needs a YAML file.")
+        config_path = argv[position + 1]
+        if not pathlib.Path(config_path).is_file():
+            raise UsageError(f"--config {config_path}: no such file.")
+    *parsed, unknown_in_config, unknown_flags = make_parser().parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    if unknown_in_config:
+        keys = [item[2:] for item in unknown_in_config[::2]]
+        raise UsageError(f"{config_path} has unknown keys {keys}: check the spelling (`trl-ada train --help`).")
+    if unknown_flags:
+        raise UsageError(f"Unknown arguments {unknown_flags}: check the spelling (`trl-ada train --help`).")
+    script_args, training_args, model_args, dataset_args = parsed
+    return script_args, training_args, model_args, dataset_args
+
+
+def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
+    """Refuse mixed precision the hardware cannot run, naming the flags that fix it.
+
+    Refusing, rather than falling back to fp32, is deliberate: the usual cause is a GPU node whose CUDA is not
+    visible, and a silent fallback would start a multi-hour CPU run of a GPU recipe.
+    """
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_cuda_available, is_torch_xla_available
+
+    bf16 = (not fp16) if bf16 is None else bf16  # GRPOConfig's default: bf16 unless fp16 is asked for
+    cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (recipes/toy-cpu.yaml does)."
+    if fp16 and not is_torch_cuda_available():
+        raise UsageError(f"fp16 mixed precision needs a CUDA GPU and none is visible. {cpu_hint}")
+    if bf16 and not use_cpu and not (is_torch_bf16_gpu_available() or is_torch_xla_available()):
+        gpu_hint = (
+            "This GPU has no bf16: pass `--bf16 false` (fp32) or `--bf16 false --fp16 true`."
+            if is_torch_cuda_available()
+            else "On a GPU machine, check that `python -c 'import torch; print(torch.cuda.is_available())'` prints "
+            "True (CUDA_VISIBLE_DEVICES, driver, a CUDA build of torch)."
+        )
+        raise UsageError(
+            "bf16 mixed precision is on (GRPOConfig's default, or the recipe asks for it) but no bf16-capable GPU "
+            f"is visible. {gpu_hint} {cpu_hint}"
+        )
+
+
+def check_vllm(training_args: ReinforceAdaConfig) -> None:
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise UsageError(
+            f"use_vllm is true (vllm_mode={training_args.vllm_mode!r}) but vLLM is not installed. Install it with "
+            "`pip install 'trl-ada[vllm]'` (it needs a CUDA GPU), or pass `--use_vllm false` to generate with "
+            "transformers."
+        )
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Model, rewards, data
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def resolve_model(name: str | None) -> str:
+    """A Hub id or local folder unchanged; a ``builtin:`` toy model built (or found in the cache) and its folder."""
+    if not name:
+        raise UsageError(
+            "No model: pass --model_name_or_path (a Hub id, a local folder, or builtin:toy for the toy model)."
+        )
+    if not name.startswith(BUILTIN_PREFIX):
+        return name
+    if name not in TOY_MODELS:
+        raise UsageError(f"Unknown built-in model {name!r}: use one of {sorted(TOY_MODELS)}.")
+    from .toy import toy_model_dir
+
+    return str(toy_model_dir(warmup=TOY_MODELS[name]))  # file-locked: concurrent processes build it once
+
+
+def load_rewards(script_args: TrainScriptArguments) -> list[Any]:
+    from .rewards import resolve_reward
+
+    rewards: list[Any] = []
+    if script_args.reward_model_name_or_path:
+        rewards.append(script_args.reward_model_name_or_path)
+    for name in script_args.reward_funcs or []:
+        try:
+            rewards.append(resolve_reward(name))
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    if not rewards:
+        raise UsageError(
+            "No reward: pass --reward_funcs with one or more of 'math', 'toy', a trl.rewards function such as "
+            "'accuracy_reward', or a dotted import path; or --reward_model_name_or_path."
+        )
+    return rewards
+
+
+def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureConfig):
+    """The dataset as a DatasetDict (or IterableDatasetDict when streaming), from whichever source was named."""
+    import datasets
+
+    name = script_args.dataset_name
+    if dataset_args.datasets:
+        from trl import get_dataset
+
+        return get_dataset(dataset_args)  # a YAML `datasets:` mixture wins over dataset_name, as in `trl grpo`
+    if not name:
+        raise UsageError(
+            "No dataset: pass --dataset_name (a Hub dataset, a local .jsonl/.json/.parquet/.csv file or folder, or "
+            "builtin:toy), or list a `datasets:` mixture in the YAML."
+        )
+    if name.startswith(BUILTIN_PREFIX):
+        if name != TOY_DATASET:
+            raise UsageError(f"Unknown built-in dataset {name!r}: use {TOY_DATASET!r}.")
+        from .toy import toy_dataset_split
+
+        train, test = toy_dataset_split(TOY_SPLIT_SIZES["train"], TOY_SPLIT_SIZES["test"], seed=0)
+        return datasets.DatasetDict(train=train, test=test)
+
+    path = pathlib.Path(name).expanduser()
+    if path.is_file():
+        builder = DATA_FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise UsageError(f"Cannot read {name}: unknown extension; use one of {sorted(DATA_FILE_BUILDERS)}.")
+        return datasets.load_dataset(builder, data_files=str(path))
+    if path.suffix.lower() in DATA_FILE_BUILDERS:  # looks like a file, so do not send it to the Hub
+        raise UsageError(f"--dataset_name {name}: no such file.")
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        loaded = datasets.load_from_disk(str(path))
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
+    return datasets.load_dataset(name, name=script_args.dataset_config, streaming=script_args.dataset_streaming)
+
+
+def pick_splits(data, script_args: TrainScriptArguments, training_args: ReinforceAdaConfig):
+    """(train, eval or None); eval when eval_strategy or eval_on_start asks for it. Checks splits and prompts."""
+    splits = list(data)
+    if script_args.dataset_train_split not in data:
+        raise UsageError(
+            f"The dataset has no {script_args.dataset_train_split!r} split; it has {splits}. "
+            "Pass --dataset_train_split with one of them."
+        )
+    train = data[script_args.dataset_train_split]
+    evaluation = None
+    strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
+    if strategy != "no" or training_args.eval_on_start:
+        if script_args.dataset_test_split not in data:
+            asked = f"eval_strategy={strategy!r}" if strategy != "no" else "eval_on_start=True"
+            raise UsageError(
+                f"{asked} needs an evaluation split, but the dataset has no {script_args.dataset_test_split!r} split "
+                f"(it has {splits}). Pass --dataset_test_split with one of them, or --eval_strategy no "
+                "--eval_on_start false."
+            )
+        evaluation = data[script_args.dataset_test_split]
+    for split_name, split in (("train", train), ("eval", evaluation)):
+        columns = getattr(split, "column_names", None)  # None for some streamed datasets: nothing to check
+        if columns is not None and "prompt" not in columns:
+            raise UsageError(
+                f"The {split_name} split has no 'prompt' column; its columns are {columns}. Rename the question "
+                "column to 'prompt' (a string or a list of chat messages), or build the set with `trl-ada prepare`."
+            )
+    return train, evaluation
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Progress
+# -------------------------------------------------------------------------------------------------------------------
+
+
+# One line per training log: (logged metric, header, format).
+LOG_COLUMNS = (
+    ("reward", "reward", "{:6.3f}"),
+    ("ada/rounds", "rounds", "{:6.0f}"),
+    ("ada/samples_per_prompt", "samples", "{:7.2f}"),
+    ("ada/frac_resolved", "resolved", "{:8.2f}"),
+    ("ada/frac_zero_std_first_round", "0-std@1", "{:7.2f}"),
+    ("frac_reward_zero_std", "0-std", "{:5.2f}"),
+)
+
+
+def log_header() -> str:
+    return " step " + " ".join(header.rjust(len(fmt.format(0))) for _, header, fmt in LOG_COLUMNS)
+
+
+def log_line(step: int, logs: dict[str, float]) -> str:
+    cells = (fmt.format(logs[name]) if name in logs else "-".rjust(len(fmt.format(0))) for name, _, fmt in LOG_COLUMNS)
+    return f"{step:5d} " + " ".join(cells)
+
+
+class AdaProgressCallback(ProgressCallback):
+    """TRL's progress bar, printing one line of Ada metrics per training log instead of the full log dict.
+
+    Columns: mean reward, rounds run, samples drawn per prompt, share of prompts whose exit rule held, share of
+    groups with all-equal rewards after the first round (what GRPO would have trained on) and in the final groups.
+    The full dict still goes to trainer_state.json and to `report_to`; evaluation logs print as before.
+    """
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        if state.is_world_process_zero:
+            self.training_bar.write(log_header())
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "ada/rounds" not in logs:
+            return super().on_log(args, state, control, logs=logs, **kwargs)
+        if state.is_world_process_zero and self.training_bar is not None:
+            self.training_bar.write(log_line(state.global_step, logs))
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Main
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def build_trainer(script_args, training_args, model_args, dataset_args):
+    """Everything ``main`` does before ``train()``: checks, model, rewards, data; returns the trainer."""
+    from trl import get_peft_config, get_quantization_config
+
+    from .trainer import ReinforceAdaTrainer
+
+    check_vllm(training_args)
+    rewards = load_rewards(script_args)
+    model = resolve_model(model_args.model_name_or_path)
+    train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args)
+
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
+    training_args.model_init_kwargs = model_init_kwargs | (training_args.model_init_kwargs or {})
+    trainer = ReinforceAdaTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+    )
+    if not training_args.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(AdaProgressCallback())
+    return trainer
+
+
+def describe(args: ReinforceAdaConfig, num_processes: int) -> str:
+    """The batch arithmetic of a run, stated once at start-up (what a 'step' means is easy to get wrong)."""
+    group = args.num_generations
+    per_optimizer_step = args.per_device_train_batch_size * num_processes * args.gradient_accumulation_steps
+    per_generation = args.per_device_train_batch_size * num_processes * args.steps_per_generation
+    if args.sampling_strategy == "uniform":
+        budget = f", {group} samples per prompt"
+    elif args.sampling_strategy in ("balanced", "positive"):
+        budget = f", at most {args.max_rounds} rounds x {args.samples_per_round} samples per prompt"
+    else:  # a strategy that sizes its own budget
+        budget = ""
+    return (
+        f"Reinforce-Ada ({args.sampling_strategy}) on {num_processes} process(es): "
+        f"{per_generation // group} prompts x {group} kept completions per generation, "
+        f"{per_optimizer_step // group} prompts per optimizer step, "
+        f"{args.steps_per_generation / args.gradient_accumulation_steps:g} optimizer steps per generation{budget}"
+    )
+
+
+def end_run(trainer) -> None:
+    """Finish the trackers and destroy the process group (TRL's scripts call ``trainer.end()``), except over gloo.
+
+    A gloo (CPU) process group destroyed explicitly is freed later, with the DDP wrapper, while its worker thread
+    still needs the interpreter lock to release the last collective's tensors: the process then hangs at exit
+    (torch 2.13, two CPU processes, about one run in two). Over gloo the group is left to process exit.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        trainer.accelerator.wait_for_everyone()
+        for tracker in trainer.accelerator.trackers:
+            tracker.finish()
+    elif hasattr(trainer, "end"):  # transformers >= 5.18
+        trainer.end()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            script_args, training_args, model_args, dataset_args = parse_args(argv)
+        except ValueError as error:  # the configs' own validation names the fields to change: no traceback needed
+            raise UsageError(str(error)) from None
+        trainer = build_trainer(script_args, training_args, model_args, dataset_args)
+    except UsageError as error:
+        print(f"trl-ada train: error: {error}", file=sys.stderr)
+        return 2
+
+    trainer.accelerator.print(describe(training_args, trainer.accelerator.num_processes))
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        dataset_name = script_args.dataset_name
+        is_builtin = dataset_name is not None and dataset_name.startswith(BUILTIN_PREFIX)
+        trainer.push_to_hub(dataset_name=None if is_builtin else dataset_name)
+        trainer.accelerator.print(f"Model pushed to https://huggingface.co/{trainer.hub_model_id}")
+    end_run(trainer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
