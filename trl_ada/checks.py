@@ -1,0 +1,204 @@
+"""Input checks for the parts of the contract Reinforce-Ada changes: rewards scored in rounds, on several processes.
+
+A reward function is called once per round, inside a collective step: if it raises on one process only, the other
+processes would wait forever in the next gather. `RewardGuard` therefore catches a reward failure (an exception, a
+wrong number of rewards, a value that is not a number, an infinite value) where it happens, lets the caller agree
+across processes that the round failed, and only then raises a `RewardFunctionError` naming the function, the prompt
+and the fix, on every process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from trl.trainer.utils import is_async_callable
+
+# Keyword arguments GRPOTrainer passes to every reward function besides the dataset columns.
+TRAINER_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+# Dataset columns GRPOTrainer does not forward as keyword arguments (the prompt arrives as `prompts`).
+NOT_FORWARDED_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
+EXCERPT_CHARS = 80
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function failed while a training step was being sampled."""
+
+
+def excerpt(text: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A one-line, bounded rendering of a prompt or completion (the last message's content when conversational)."""
+    if isinstance(text, list) and text and isinstance(text[-1], dict):
+        text = text[-1].get("content", text[-1])
+    flat = " ".join(str(text).split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
+def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str] | None) -> None:
+    """Fail at construction when a reward function has a required parameter that no dataset column provides.
+
+    GRPOTrainer passes every dataset column (but the prompt and completion ones) as a keyword argument, so a missing
+    column would otherwise surface as a `TypeError` deep in the first training step.
+    """
+    if column_names is None:  # streaming dataset: the columns are not known before the first row
+        return
+    available = sorted((set(column_names) - NOT_FORWARDED_COLUMNS) | TRAINER_REWARD_KWARGS)
+    for func in reward_funcs:
+        if isinstance(func, torch.nn.Module) or not callable(func):
+            continue
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # builtins and some C callables have no signature
+            continue
+        required = [
+            p.name
+            for p in parameters
+            if p.default is inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        missing = [name for name in required if name not in available]
+        if missing:
+            raise ValueError(
+                f"Reward function {_name(func)!r} needs {missing}, which the training dataset does not provide. "
+                f"Reward functions receive these keyword arguments: {available}. Add the column(s) to the dataset "
+                "(e.g. with `dataset.map`) or give the parameter(s) a default."
+            )
+
+
+@dataclass
+class RewardFailure:
+    """The first failure of one reward function in one call: the row it happened on (None: not one row)."""
+
+    function: str
+    row: int | None
+    problem: str
+    error: BaseException | None = None
+
+    def describe(self, prompts: Sequence[Any], completions: Sequence[Any], prompt_index: Callable[[int], int]) -> str:
+        where = "on the whole batch (no single row fails on its own)"
+        if self.row is not None:
+            where = (
+                f"on prompt {prompt_index(self.row)} of this process's batch, {excerpt(prompts[self.row])}, "
+                f"completion {excerpt(completions[self.row])}"
+            )
+        return f"Reward function {self.function!r} failed {where}: {self.problem}"
+
+
+class RewardGuard:
+    """Wraps reward callables so a failure is recorded instead of raised; see the module docstring.
+
+    A failing call returns `None` for every row, so GRPOTrainer's scoring still reaches its gather on this process;
+    the caller must then check `failure` (on every process) and raise.
+    """
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self.failure: RewardFailure | None = None
+
+    def wrap(self, funcs: Sequence[Any]) -> list[Any]:
+        return [
+            func if isinstance(func, torch.nn.Module) else self._wrap_one(func, name)
+            for func, name in zip(funcs, self.names, strict=True)
+        ]
+
+    def _wrap_one(self, func: Callable, name: str) -> Callable:
+        if is_async_callable(func):  # GRPOTrainer awaits these, so the guard must be awaitable too
+
+            @functools.wraps(func)
+            async def guarded_async(**kwargs):
+                try:
+                    values = await func(**kwargs)
+                except Exception as error:
+                    return self._failed(name, None, f"{type(error).__name__}: {error}", error, kwargs)
+                return self._checked(name, values, kwargs)
+
+            return guarded_async
+
+        @functools.wraps(func)
+        def guarded(**kwargs):
+            try:
+                values = func(**kwargs)
+            except Exception as error:
+                row = _first_failing_row(func, kwargs)
+                return self._failed(name, row, f"{type(error).__name__}: {error}", error, kwargs)
+            return self._checked(name, values, kwargs)
+
+        return guarded
+
+    def _checked(self, name: str, values: Any, kwargs: dict[str, Any]) -> list[float | None]:
+        expected = len(kwargs["prompts"])
+        try:
+            values = list(values)
+        except TypeError:
+            return self._failed(name, None, f"returned {type(values).__name__}, not a list of rewards.", None, kwargs)
+        if len(values) != expected:
+            return self._failed(
+                name,
+                None,
+                f"returned {len(values)} rewards for {expected} completions. Return exactly one reward per "
+                "completion (None for one that cannot be scored).",
+                None,
+                kwargs,
+            )
+        checked = []
+        for row, value in enumerate(values):
+            reward = to_reward(value)
+            if isinstance(reward, str):
+                return self._failed(name, row, reward, None, kwargs)
+            checked.append(reward)
+        return checked
+
+    def _failed(
+        self, name: str, row: int | None, problem: str, error: BaseException | None, kwargs: dict[str, Any]
+    ) -> list[None]:
+        if self.failure is None:
+            self.failure = RewardFailure(name, row, problem, error)
+        return [None] * len(kwargs["prompts"])
+
+
+def to_reward(value: Any) -> float | str | None:
+    """A reward value as GRPOTrainer stores it (None and NaN: unscorable), or a message saying what is wrong."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Real):
+        return (
+            f"returned {value!r} ({type(value).__name__}), not a number. Return a float per completion, or None "
+            "for one that cannot be scored."
+        )
+    reward = float(value)
+    if math.isnan(reward):
+        return None  # as in TRL: NaN and None both mean "unscorable"
+    if math.isinf(reward):
+        return (
+            f"returned {reward}, which would make every advantage of the prompt infinite or NaN. Return a finite "
+            "reward (clip it), or None for a completion that cannot be scored."
+        )
+    return reward
+
+
+def _first_failing_row(func: Callable, kwargs: dict[str, Any]) -> int | None:
+    """Call `func` one row at a time to find the first row it raises on (only after it failed on the batch)."""
+    num_rows = len(kwargs["prompts"])
+    for row in range(num_rows):
+        single = {
+            key: [value[row]] if isinstance(value, list) and len(value) == num_rows else value
+            for key, value in kwargs.items()
+        }
+        try:
+            func(**single)
+        except Exception:
+            return row
+    return None
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
