@@ -28,6 +28,7 @@ import csv
 import json
 import math
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -531,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed, args.epochs)
     except ValueError as error:
-        print(f"trl-ada simulate: {error}")
+        print(f"trl-ada simulate: {error}", file=sys.stderr)
         return 2
     print(
         f"{pass_rates.name}: {args.prompts} prompts x {args.epochs} epochs, {args.batch_size} per step, "

@@ -159,11 +159,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
         column = self.args.prompt_id_column
         if column is None:
             return [prompt_text_key(prompt) for prompt in prompts]
-        if any(column not in row for row in inputs):
-            raise KeyError(
-                f"prompt_id_column={column!r} is not a column of the training rows (columns: {sorted(inputs[0])}). "
+        missing = next((row for row in inputs if column not in row), None)
+        message = None
+        if missing is not None:
+            message = (
+                f"prompt_id_column={column!r} is not a column of the training rows (columns: {sorted(missing)}). "
                 "Add it to the dataset or set prompt_id_column=None to identify prompts by their text."
             )
+        self._raise_on_every_process(message, KeyError)  # one process raising alone would hang the others
         return [prompt_key(row[column]) for row in inputs]
 
     def _allocate(self, p_hat: list[float]) -> list[int] | None:
