@@ -1,65 +1,342 @@
-"""The main job: a real Reinforce-Ada training run on the built-in toy task, on CPU, in a few minutes.
+"""The main job: GRPO and Reinforce-Ada trained from the same start on the built-in toy task, on CPU, in a minute.
 
     python -m trl_ada.demo [--steps 100] [--strategy balanced] [--output-dir outputs/demo]
 
-It warms a tiny Qwen2 model up on small-integer arithmetic (once, then cached), trains it with
-`ReinforceAdaTrainer`, prints the Ada metrics of every step and ends with a summary: held-out accuracy before and
-after, samples drawn per prompt, and how many groups had no learning signal with one round versus after the rounds.
+It warms a tiny Qwen2 model up on small-integer arithmetic (once, then cached), trains it with plain GRPO (group of 4)
+and with `ReinforceAdaTrainer` from the same weights, on the same prompts, for the same optimizer steps, and ends with
+a side-by-side summary: held-out accuracy before and after, completion tokens generated, samples drawn per prompt,
+and how many groups gave the loss no learning signal.
+
+The building blocks (`train_toy`, `count_generated_tokens`, `HeldoutCurve`) are also what the benchmarks under
+`benchmarks/` run on.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+import datasets
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from . import ReinforceAdaConfig, ReinforceAdaTrainer
 from .toy import arithmetic_reward, sampled_accuracy, toy_dataset_split, toy_model_dir
 
-HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the accuracy report
+HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the demo's accuracy report
 
-COLUMNS = {  # metric -> (header, format)
-    "reward": ("reward", "{:6.3f}"),
-    "ada/rounds": ("rounds", "{:6.0f}"),
-    "ada/samples_per_prompt": ("samples", "{:7.2f}"),
-    "ada/samples_per_prompt_max": ("max", "{:4.0f}"),
-    "ada/frac_resolved": ("resolved", "{:8.2f}"),
-    "ada/frac_zero_std_first_round": ("0-std@1", "{:7.2f}"),
-    "frac_reward_zero_std": ("0-std", "{:6.2f}"),
-    "ada/pool_pass_rate": ("pass", "{:5.2f}"),
+
+# --------------------------------------------------------------------------------------------------------------------
+# Methods compared on the toy task
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToyMethod:
+    """A training recipe: plain `GRPOTrainer` (``strategy=None``) or `ReinforceAdaTrainer` with a sampling strategy."""
+
+    label: str
+    num_generations: int  # the group size the loss sees
+    strategy: str | None = None
+
+
+METHODS: dict[str, ToyMethod] = {
+    "grpo-4": ToyMethod("GRPO n=4", 4),
+    "grpo-16": ToyMethod("GRPO n=16", 16),
+    "ada-positive": ToyMethod("Ada-positive", 4, "positive"),
+    "ada-balanced": ToyMethod("Ada-balanced", 4, "balanced"),
 }
 
 
-class PrintAdaMetrics(TrainerCallback):
-    """One compact line per logged step, and the history kept for the summary."""
+# --------------------------------------------------------------------------------------------------------------------
+# Measuring from outside the trainer
+# --------------------------------------------------------------------------------------------------------------------
 
-    def __init__(self) -> None:
+
+@dataclass
+class GenerationCounter:
+    """Completions and tokens produced by every generation call of one trainer (all Ada rounds included)."""
+
+    calls: int = 0
+    completions: int = 0
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+def count_generated_tokens(trainer: Any) -> GenerationCounter:
+    """Wrap ``trainer._generate_single_turn`` (GRPOTrainer's one call into the generation backend) to count its output.
+
+    The wrapper sits on the instance, so it sees the same calls for `GRPOTrainer` and `ReinforceAdaTrainer` (whose
+    rounds all go through the parent's `_generate`). Counted per process, before any gathering.
+    """
+    counter = GenerationCounter()
+    generate = trainer._generate_single_turn
+
+    def counted(prompt_ids, *args, **kwargs):
+        completion_ids, logprobs = generate(prompt_ids, *args, **kwargs)
+        counter.calls += 1
+        counter.completions += len(completion_ids)
+        counter.completion_tokens += sum(len(ids) for ids in completion_ids)
+        counter.prompt_tokens += sum(len(ids) for ids in prompt_ids)
+        return completion_ids, logprobs
+
+    trainer._generate_single_turn = counted
+    return counter
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Held-out accuracy after ``step`` optimizer steps, ``tokens`` generated and ``seconds`` of training."""
+
+    step: int
+    tokens: int
+    seconds: float
+    accuracy: float
+
+
+class HeldoutCurve(TrainerCallback):
+    """Evaluate held-out sampled accuracy before training and every ``every`` steps (and after the last step).
+
+    ``seconds`` is training wall time with the evaluations themselves taken out, so curves of methods that evaluate
+    equally often stay comparable.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: PreTrainedTokenizerBase,
+        heldout: datasets.Dataset,
+        counter: GenerationCounter,
+        every: int,
+        num_samples: int,
+        seed: int,
+    ) -> None:
+        if every < 1:
+            raise ValueError(f"eval every {every} steps: expected a positive number of steps")
+        self.model, self.tokenizer, self.heldout, self.counter = model, tokenizer, heldout, counter
+        self.every, self.num_samples, self.seed = every, num_samples, seed
+        self.checkpoints: list[Checkpoint] = []
+        self._start = 0.0
+        self._evaluating = 0.0
+
+    def _evaluate(self, step: int) -> None:
+        began = time.perf_counter()
+        # Same sampling seed at every checkpoint and for every method: differences are the model's, not the dice's.
+        accuracy = sampled_accuracy(self.model, self.tokenizer, self.heldout, self.num_samples, seed=self.seed)
+        seconds = began - self._start - self._evaluating
+        self.checkpoints.append(Checkpoint(step, self.counter.completion_tokens, seconds, accuracy))
+        self._evaluating += time.perf_counter() - began
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start, self._evaluating = time.perf_counter(), 0.0
+        self._evaluate(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            self._evaluate(state.global_step)
+
+    @property
+    def train_seconds(self) -> float:
+        return self.checkpoints[-1].seconds if self.checkpoints else math.nan
+
+
+COLUMNS = {  # logged metric -> (header, format); GRPO logs no ada/* metrics and shows "-" there
+    "reward": ("reward", "{:6.3f}"),
+    "ada/samples_per_prompt": ("samples", "{:7.2f}"),
+    "ada/frac_zero_std_first_round": ("0-std@1", "{:7.2f}"),
+    "frac_reward_zero_std": ("0-std", "{:5.2f}"),
+}
+
+
+class StepLog(TrainerCallback):
+    """Keep every training log (for the summary) and optionally print one compact line per log."""
+
+    def __init__(self, counter: GenerationCounter, prefix: str = "", verbose: bool = True) -> None:
+        self.counter, self.prefix, self.verbose = counter, prefix, verbose
         self.rows: list[dict[str, float]] = []
 
     def on_train_begin(self, args, state, control, **kwargs):
-        print(" step " + " ".join(header.rjust(len(fmt.format(0))) for header, fmt in COLUMNS.values()), flush=True)
+        if self.verbose:
+            headers = [header.rjust(len(fmt.format(0))) for header, fmt in COLUMNS.values()]
+            print(f"{self.prefix} step " + " ".join([*headers, "  tokens"]), flush=True)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "ada/rounds" not in logs:
+        if not logs or "frac_reward_zero_std" not in logs:  # not a training-step log
             return
         self.rows.append(logs)
-        cells = [fmt.format(logs.get(name, math.nan)) for name, (_, fmt) in COLUMNS.items()]
-        print(f"{state.global_step:5d} " + " ".join(cells), flush=True)
+        if self.verbose:
+            cells = [_cell(fmt, logs.get(name)) for name, (_, fmt) in COLUMNS.items()]
+            print(f"{self.prefix}{state.global_step:5d} " + " ".join([*cells, f"{self.counter.completion_tokens:8d}"]))
+
+    def mean(self, name: str, default: float = math.nan) -> float:
+        values = [row[name] for row in self.rows if name in row]
+        return sum(values) / len(values) if values else default
+
+
+def _cell(fmt: str, value: float | None) -> str:
+    width = len(fmt.format(0))
+    return "-".rjust(width) if value is None else fmt.format(value)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One training run
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ToyRun:
+    """What one `train_toy` run measured."""
+
+    method: str
+    seed: int
+    checkpoints: list[Checkpoint]
+    generated: GenerationCounter
+    samples_per_prompt: float  # completions drawn per prompt per step
+    frac_zero_std: float  # share of the groups handed to the loss whose rewards were all equal (TRL's metric)
+    frac_zero_std_first_round: float  # the same for the first round alone (= frac_zero_std for GRPO)
+    train_seconds: float  # wall time of training, evaluations excluded
+    logs: list[dict[str, float]] = field(repr=False, default_factory=list)
+
+    @property
+    def accuracy_before(self) -> float:
+        return self.checkpoints[0].accuracy
+
+    @property
+    def accuracy_after(self) -> float:
+        return self.checkpoints[-1].accuracy
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "seed": self.seed,
+            "checkpoints": [vars(c) for c in self.checkpoints],
+            "generated": vars(self.generated),
+            "samples_per_prompt": self.samples_per_prompt,
+            "frac_zero_std": self.frac_zero_std,
+            "frac_zero_std_first_round": self.frac_zero_std_first_round,
+            "train_seconds": self.train_seconds,
+        }
+
+
+def train_toy(
+    method: str | ToyMethod,
+    model_dir: str | os.PathLike,
+    train: datasets.Dataset,
+    heldout: datasets.Dataset,
+    *,
+    steps: int,
+    prompts_per_step: int = 16,
+    seed: int = 0,
+    learning_rate: float = 2e-4,
+    scale_rewards: str = "none",
+    samples_per_round: int = 8,
+    max_rounds: int = 4,
+    eval_every: int | None = None,
+    heldout_samples: int = HELDOUT_SAMPLES,
+    output_dir: str | os.PathLike = "outputs/demo",
+    log_every: int = 1,
+    verbose: bool = True,
+    trainer_class: type | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+    before_train: Callable[[Any], None] | None = None,
+) -> ToyRun:
+    """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
+
+    Every method gets the same settings except its sampling: same learning rate, reward scaling (``"none"``, the
+    Reinforce-Ada authors' recipe, so only the sampling differs), loss, prompts per step and, through TRL's seeded
+    sampler, the same prompts in the same order. ``train`` must hold at least ``steps * prompts_per_step`` prompts.
+    ``trainer_class`` overrides the trainer (a subclass of the method's own); ``before_train(trainer)`` runs just
+    before ``trainer.train()``.
+    """
+    from trl import GRPOConfig, GRPOTrainer
+
+    from . import ReinforceAdaConfig, ReinforceAdaTrainer
+
+    spec = METHODS[method] if isinstance(method, str) else method
+    if len(train) < steps * prompts_per_step:
+        raise ValueError(
+            f"{steps} steps x {prompts_per_step} prompts need {steps * prompts_per_step} training prompts, got "
+            f"{len(train)}: pass a larger train set"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    settings: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=log_every,
+        seed=seed,
+        max_steps=steps,
+        per_device_train_batch_size=prompts_per_step * spec.num_generations,
+        num_generations=spec.num_generations,
+        max_completion_length=8,
+        temperature=1.0,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        scale_rewards=scale_rewards,
+    )
+    if spec.strategy is None:
+        config, default_class = GRPOConfig(**settings), GRPOTrainer
+    else:
+        ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
+        config, default_class = ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+    trainer_class = trainer_class or default_class
+    if not issubclass(trainer_class, default_class):
+        raise TypeError(f"{spec.label} trains with {default_class.__name__}; got {trainer_class.__name__}")
+    trainer = trainer_class(
+        model,
+        arithmetic_reward,
+        args=config,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
+    counter = count_generated_tokens(trainer)
+    curve = HeldoutCurve(trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed)
+    log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
+    for callback in (curve, log, *callbacks):
+        trainer.add_callback(callback)
+    for noisy in (ProgressCallback, PrinterCallback):  # our one line per log replaces TRL's full log dicts
+        trainer.remove_callback(noisy)
+    if before_train is not None:
+        before_train(trainer)
+    trainer.train()
+
+    zero_std = log.mean("frac_reward_zero_std")
+    return ToyRun(
+        method=spec.label,
+        seed=seed,
+        checkpoints=curve.checkpoints,
+        generated=counter,
+        samples_per_prompt=log.mean("ada/samples_per_prompt", default=float(spec.num_generations)),
+        frac_zero_std=zero_std,
+        frac_zero_std_first_round=log.mean("ada/frac_zero_std_first_round", default=zero_std),
+        train_seconds=curve.train_seconds,
+        logs=log.rows,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The demo
+# --------------------------------------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps")
-    parser.add_argument("--strategy", default="balanced", choices=["balanced", "positive", "uniform"])
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per method")
+    parser.add_argument("--strategy", default="balanced", choices=["balanced", "positive"])
     parser.add_argument("--prompts-per-step", type=int, default=16)
-    parser.add_argument("--num-generations", type=int, default=4, help="group size handed to the loss")
     parser.add_argument("--samples-per-round", type=int, default=8)
     parser.add_argument("--max-rounds", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--heldout", type=int, default=256, help="held-out prompts for the accuracy report")
+    parser.add_argument("--log-every", type=int, default=10, help="print one line (of means) every this many steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/demo")
     parser.add_argument("--cache-dir", default=None, help="where the toy model is cached (default ~/.cache/trl_ada)")
@@ -67,79 +344,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def main(argv: list[str] | None = None) -> dict[str, ToyRun]:
     args = parse_args(argv)
     start = time.perf_counter()
     model_dir = toy_model_dir(args.cache_dir, warmup=not args.no_warmup)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
     train, heldout = toy_dataset_split(args.steps * args.prompts_per_step, args.heldout, seed=args.seed)
-    accuracy_before = sampled_accuracy(model, tokenizer, heldout, num_samples=HELDOUT_SAMPLES, seed=args.seed)
-    print(f"toy model: {model_dir}  held-out sampled accuracy before RL: {accuracy_before:.3f}", flush=True)
+    print(f"toy model: {model_dir}", flush=True)
 
-    config = ReinforceAdaConfig(
-        output_dir=args.output_dir,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=args.seed,
-        max_steps=args.steps,
-        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
-        num_generations=args.num_generations,
-        max_completion_length=8,
-        temperature=1.0,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        sampling_strategy=args.strategy,
-        samples_per_round=args.samples_per_round,
-        max_rounds=args.max_rounds,
-    )
-    printer = PrintAdaMetrics()
-    trainer = ReinforceAdaTrainer(
-        model,
-        arithmetic_reward,
-        args=config,
-        train_dataset=train,
-        processing_class=tokenizer,
-        callbacks=[printer],
-    )
-    for noisy in (ProgressCallback, PrinterCallback):  # our one line per step replaces TRL's full log dicts
-        trainer.remove_callback(noisy)
-    train_start = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - train_start
-    accuracy_after = sampled_accuracy(trainer.model, tokenizer, heldout, num_samples=HELDOUT_SAMPLES, seed=args.seed)
+    runs = {}
+    for key in ("grpo-4", f"ada-{args.strategy}"):
+        runs[key] = train_toy(
+            key,
+            model_dir,
+            train,
+            heldout,
+            steps=args.steps,
+            prompts_per_step=args.prompts_per_step,
+            seed=args.seed,
+            learning_rate=args.learning_rate,
+            samples_per_round=args.samples_per_round,
+            max_rounds=args.max_rounds,
+            output_dir=os.path.join(args.output_dir, key),
+            log_every=args.log_every,
+        )
+    print(summary(runs.values(), args, time.perf_counter() - start), flush=True)
+    return runs
 
-    def mean(name: str) -> float:
-        values = [row[name] for row in printer.rows if name in row]
-        return sum(values) / len(values) if values else math.nan
 
-    summary = {
-        "accuracy_before": accuracy_before,
-        "accuracy_after": accuracy_after,
-        "samples_per_prompt": mean("ada/samples_per_prompt"),
-        "frac_resolved": mean("ada/frac_resolved"),
-        "frac_zero_std_first_round": mean("ada/frac_zero_std_first_round"),
-        "frac_zero_std_final": mean("frac_reward_zero_std"),
-        "train_seconds": train_seconds,
-        "total_seconds": time.perf_counter() - start,
-    }
-    print(
-        f"\nReinforce-Ada ({args.strategy}) on the toy task, {args.steps} steps x {args.prompts_per_step} prompts, "
-        f"group {args.num_generations}, rounds {args.max_rounds} x {args.samples_per_round}\n"
-        f"  held-out sampled accuracy   {accuracy_before:.3f} -> {accuracy_after:.3f} "
-        f"({args.heldout} prompts x {HELDOUT_SAMPLES})\n"
-        f"  samples drawn per prompt    {summary['samples_per_prompt']:.2f} (GRPO draws {args.num_generations})\n"
-        f"  prompts resolved            {summary['frac_resolved']:.2f}\n"
-        f"  groups with no signal       {summary['frac_zero_std_first_round']:.2f} in the first round "
-        f"({args.samples_per_round} samples) -> {summary['frac_zero_std_final']:.2f} in the final groups\n"
-        f"  time                        {train_seconds:.0f}s training, {summary['total_seconds']:.0f}s in all",
-        flush=True,
-    )
-    return summary
+def summary(runs: Sequence[ToyRun], args: argparse.Namespace, total_seconds: float) -> str:
+    """The side-by-side table the demo ends with."""
+    width = 17
+    lines = [
+        f"\nGRPO vs Reinforce-Ada on the toy task, same start: {args.steps} steps x {args.prompts_per_step} prompts, "
+        f"group 4, Ada rounds {args.max_rounds} x {args.samples_per_round}",
+        " " * 32 + "".join(run.method.rjust(width) for run in runs),
+    ]
+
+    def row(name: str, cells: Sequence[str]) -> None:
+        lines.append(f"  {name:<30}" + "".join(cell.rjust(width) for cell in cells))
+
+    accuracy = [f"{r.accuracy_before:.3f} -> {r.accuracy_after:.3f}" for r in runs]
+    row(f"held-out acc. ({args.heldout} x {HELDOUT_SAMPLES})", accuracy)
+    row("completion tokens generated", [f"{r.generated.completion_tokens:,}" for r in runs])
+    row("samples drawn per prompt", [f"{r.samples_per_prompt:.2f}" for r in runs])
+    row("groups with no signal", [f"{r.frac_zero_std:.2f}" for r in runs])
+    row(f"  ... in round 1 ({args.samples_per_round} for Ada)", [f"{r.frac_zero_std_first_round:.2f}" for r in runs])
+    row("training time", [f"{r.train_seconds:.0f}s" for r in runs])
+    lines.append(f"  {total_seconds:.0f}s in all. No signal: share of the loss's groups whose rewards are all equal.")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

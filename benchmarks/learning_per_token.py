@@ -1,0 +1,308 @@
+"""Learning per generated token: GRPO n=4, GRPO n=16, Ada-positive and Ada-balanced on the toy task, on CPU.
+
+    python benchmarks/learning_per_token.py           # 3 seeds x 200 steps, 256 held-out prompts x 8 samples
+    python benchmarks/learning_per_token.py --quick   # 30 steps, 128 held-out prompts x 4 samples
+
+Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir()`), sees the same prompts in the same
+order for a given seed (16 per step), takes the same number of optimizer steps with the same learning rate, loss and
+reward scaling; only the sampling differs. Held-out sampled accuracy is measured every few steps against the
+completion tokens generated so far (counted at GRPOTrainer's generation call, identically for every method) and the
+training wall time (evaluations excluded). Runs go to two one-thread worker processes (faster than one two-thread
+process on 2 cores); wall times are therefore single-thread times.
+
+Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
+accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own; final accuracy (mean and
+per seed); zero-std fraction of the groups handed to the loss, averaged over training. Writes JSON, a Markdown table
+and a PNG plot to ``--output-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+from machine import describe, machine_info
+
+METHODS = ("grpo-4", "grpo-16", "ada-positive", "ada-balanced")
+BASELINE = "grpo-4"
+COST = {"grpo-16": 4, "ada-balanced": 3, "ada-positive": 2, "grpo-4": 1}  # relative run time, for scheduling
+FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
+QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Curves
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def crossing(xs: Sequence[float], accuracies: Sequence[float], target: float) -> float | None:
+    """The x at which the piecewise-linear curve (xs, accuracies) first reaches ``target``; None if it never does.
+
+    xs must be non-decreasing (tokens or seconds). A curve that starts at or above the target crosses at xs[0].
+    """
+    if len(xs) != len(accuracies) or not xs:
+        raise ValueError(f"need equally long, non-empty curves; got {len(xs)} xs and {len(accuracies)} accuracies")
+    if accuracies[0] >= target:
+        return float(xs[0])
+    for i in range(1, len(xs)):
+        if accuracies[i] >= target:
+            fraction = (target - accuracies[i - 1]) / (accuracies[i] - accuracies[i - 1])
+            return xs[i - 1] + fraction * (xs[i] - xs[i - 1])
+    return None
+
+
+def mean_curve(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Average the checkpoints of several seeds' runs of one method, step by step (they evaluate at the same steps)."""
+    steps = [[c["step"] for c in run["checkpoints"]] for run in runs]
+    if any(s != steps[0] for s in steps):
+        raise ValueError("runs evaluated at different steps; rerun them with the same --steps and --eval-every")
+    curve: dict[str, list[float]] = {"step": list(steps[0])}
+    for key in ("tokens", "seconds", "accuracy"):
+        columns = zip(*[[c[key] for c in run["checkpoints"]] for run in runs], strict=True)
+        curve[key] = [sum(column) / len(column) for column in columns]
+    return curve
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_method.setdefault(run["key"], []).append(run)
+    if BASELINE not in by_method:
+        raise ValueError(f"the ratios are relative to {BASELINE}, which was not run")
+    curves = {key: mean_curve(method_runs) for key, method_runs in by_method.items()}
+    target = curves[BASELINE]["accuracy"][-1]
+    base_tokens = crossing(curves[BASELINE]["tokens"], curves[BASELINE]["accuracy"], target)
+    base_seconds = crossing(curves[BASELINE]["seconds"], curves[BASELINE]["accuracy"], target)
+    rows = []
+    for key, method_runs in by_method.items():
+        curve = curves[key]
+        tokens = crossing(curve["tokens"], curve["accuracy"], target)
+        seconds = crossing(curve["seconds"], curve["accuracy"], target)
+        rows.append(
+            {
+                "key": key,
+                "method": method_runs[0]["method"],
+                "seeds": [run["seed"] for run in method_runs],
+                "target_accuracy": target,
+                "accuracy_before": curve["accuracy"][0],
+                "final_accuracy": curve["accuracy"][-1],
+                "final_accuracy_per_seed": [run["checkpoints"][-1]["accuracy"] for run in method_runs],
+                "tokens_to_target": tokens,
+                "tokens_ratio": _ratio(tokens, base_tokens),
+                "seconds_to_target": seconds,
+                "seconds_ratio": _ratio(seconds, base_seconds),
+                "tokens_total": curve["tokens"][-1],
+                "seconds_total": curve["seconds"][-1],
+                "samples_per_prompt": _mean([run["samples_per_prompt"] for run in method_runs]),
+                "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
+                "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
+            }
+        )
+    return rows
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    def reach(value: float | None, ratio: float | None, fmt: str) -> str:
+        if value is None:
+            return "not reached"
+        return fmt.format(value) + ("" if ratio is None else f" ({ratio:.2f}x)")
+
+    lines = [
+        "| method | final accuracy (per seed) | tokens to reach target | seconds to reach target | tokens in all "
+        "| samples/prompt | zero-std groups (first round) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        per_seed = ", ".join(f"{a:.3f}" for a in r["final_accuracy_per_seed"])
+        lines.append(
+            f"| {r['method']} | {r['final_accuracy']:.3f} ({per_seed}) "
+            f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}')} "
+            f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}')} "
+            f"| {r['tokens_total']:,.0f} | {r['samples_per_prompt']:.2f} "
+            f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> dict[str, Any]:
+    """Train one method from the warm start with one seed, in this process; return its measurements."""
+    from trl_ada.demo import train_toy
+    from trl_ada.toy import make_arithmetic_dataset
+
+    prompts_per_step = settings["prompts_per_step"]
+    # Training prompts vary with the seed; the held-out set is the same for every seed.
+    train = make_arithmetic_dataset(settings["steps"] * prompts_per_step, seed=seed, split="train")
+    heldout = make_arithmetic_dataset(settings["heldout"], seed=1_000_003, split="eval")
+    run = train_toy(
+        key,
+        settings["model_dir"],
+        train,
+        heldout,
+        steps=settings["steps"],
+        prompts_per_step=prompts_per_step,
+        seed=seed,
+        learning_rate=settings["learning_rate"],
+        eval_every=settings["eval_every"],
+        heldout_samples=settings["heldout_samples"],
+        output_dir=f"{output_dir}/seed{seed}-{key}",
+        log_every=settings["eval_every"],
+        verbose=False,
+    )
+    print(
+        f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
+        f"{run.generated.completion_tokens:,} tokens, {run.train_seconds:.0f}s",
+        flush=True,
+    )
+    return {"key": key, **run.as_dict()}
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, Any], jobs: int) -> list[dict]:
+    """Every (seed, method) run; with ``jobs`` > 1 in that many one-thread worker processes, each reused across runs
+    (start-up is paid once per worker). Runs come back ordered by method, then seed."""
+    tasks = [(seed, key) for key in methods for seed in seeds]
+    with tempfile.TemporaryDirectory(prefix="trl_ada_bench_") as scratch:
+        if jobs <= 1:
+            _set_threads(2)
+            return [run_one(seed, key, settings, scratch) for seed, key in tasks]
+        context = get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_set_threads, initargs=(1,)) as pool:
+            # The most expensive runs first, so no worker is left alone with a long run at the end.
+            order = sorted(tasks, key=lambda task: -COST[task[1]])
+            futures = {task: pool.submit(run_one, *task, settings, scratch) for task in order}
+            return [futures[task].result() for task in tasks]
+
+
+def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    target = rows[0]["target_accuracy"]
+    for index, row in enumerate(rows):
+        method_runs = [run for run in runs if run["key"] == row["key"]]
+        curve = mean_curve(method_runs)
+        color = f"C{index}"
+        for axis, x in zip(axes, ("tokens", "seconds"), strict=True):
+            for run in method_runs:
+                xs = [c[x] for c in run["checkpoints"]]
+                axis.plot(xs, [c["accuracy"] for c in run["checkpoints"]], color=color, alpha=0.25, linewidth=0.8)
+            axis.plot(curve[x], curve["accuracy"], color=color, linewidth=2, label=row["method"])
+    for axis, label in zip(
+        axes, ("completion tokens generated", "training wall time (s), evaluation excluded"), strict=True
+    ):
+        axis.axhline(target, color="grey", linestyle="--", linewidth=1)
+        axis.set_xlabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out sampled accuracy")
+    axes[0].legend(title="mean of seeds (thin: each seed)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
+    parser.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
+    parser.add_argument("--heldout", type=int, help="held-out prompts")
+    parser.add_argument("--heldout-samples", type=int, help="sampled completions per held-out prompt")
+    parser.add_argument("--prompts-per-step", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each); 1: one 2-thread run")
+    parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
+    parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if BASELINE not in args.methods:
+        raise SystemExit(f"--methods must include {BASELINE}: the ratios are relative to it")
+    settings = dict(QUICK if args.quick else FULL)
+    for name in ("steps", "eval_every", "heldout", "heldout_samples"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    settings |= {"prompts_per_step": args.prompts_per_step, "learning_rate": args.learning_rate}
+    name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    print(f"machine: {describe(machine)}\nsettings: {settings}, seeds {args.seeds}", flush=True)
+
+    from trl_ada.toy import toy_model_dir
+
+    # Build the warm start once, before the workers race for it.
+    settings["model_dir"] = str(args.model_dir or toy_model_dir())
+    start = time.perf_counter()
+    runs = run_all(args.seeds, args.methods, settings, args.jobs)
+    elapsed = time.perf_counter() - start
+    machine_after = machine_info()
+
+    rows = summarise(runs)
+    table = markdown_table(rows)
+    title = (
+        f"Toy task, {settings['steps']} steps x {settings['prompts_per_step']} prompts, seeds {args.seeds}, "
+        f"held-out {settings['heldout']} x {settings['heldout_samples']}"
+    )
+    plot(runs, rows, args.output_dir / f"{name}.png", title)
+    report = {
+        "command": " ".join(
+            ["python benchmarks/learning_per_token.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "settings": settings,
+        "seeds": args.seeds,
+        "machine": machine,
+        "load_average_1min_after": machine_after["load_average_1min"],
+        "elapsed_seconds": round(elapsed, 1),
+        "summary": rows,
+        "runs": runs,
+    }
+    (args.output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    target = rows[0]["target_accuracy"]
+    text = (
+        f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.\n"
+        f"Machine: {describe(machine)}; load average after: {machine_after['load_average_1min']}. "
+        f"{elapsed / 60:.1f} min.\n\n{table}\n"
+    )
+    (args.output_dir / f"{name}.md").write_text(text)
+    print("\n" + text, flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()

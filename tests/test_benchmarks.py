@@ -1,0 +1,219 @@
+"""The learning-per-token and overhead benchmarks: their arithmetic on hand-made inputs, and tiny real runs whose
+measurements are checked against independent recounts (TRL's own token count, the prompts each trainer was given)."""
+
+import itertools
+import json
+import pathlib
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import learning_per_token
+import overhead
+
+# --------------------------------------------------------------------------------------------------------------------
+# Arithmetic on hand-made curves
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_crossing_interpolates_at_the_first_crossing():
+    tokens = [0, 100, 200, 300, 400]
+    accuracy = [0.40, 0.45, 0.55, 0.45, 0.60]
+    # First reaches 0.50 halfway between (100, 0.45) and (200, 0.55); the later dip and recovery do not count.
+    assert learning_per_token.crossing(tokens, accuracy, 0.50) == pytest.approx(150.0)
+    # 0.58 is only reached on the last segment: 300 + (0.58 - 0.45) / (0.60 - 0.45) * 100.
+    assert learning_per_token.crossing(tokens, accuracy, 0.58) == pytest.approx(300 + 0.13 / 0.15 * 100)
+    assert learning_per_token.crossing(tokens, accuracy, 0.55) == pytest.approx(200.0)  # reached exactly at a point
+    assert learning_per_token.crossing(tokens, accuracy, 0.40) == 0.0  # already there at the start
+    assert learning_per_token.crossing(tokens, accuracy, 0.61) is None  # never reached
+
+
+def test_crossing_rejects_mismatched_curves():
+    with pytest.raises(ValueError, match="equally long"):
+        learning_per_token.crossing([0, 1], [0.5], 0.5)
+
+
+def fake_run(key, seed, tokens, accuracies, seconds=None, zero_std=0.5):
+    seconds = seconds or [t / 100 for t in tokens]
+    checkpoints = [
+        {"step": 10 * i, "tokens": t, "seconds": s, "accuracy": a}
+        for i, (t, s, a) in enumerate(zip(tokens, seconds, accuracies, strict=True))
+    ]
+    return {
+        "key": key,
+        "method": key.upper(),
+        "seed": seed,
+        "checkpoints": checkpoints,
+        "samples_per_prompt": 4.0,
+        "frac_zero_std": zero_std,
+        "frac_zero_std_first_round": zero_std,
+    }
+
+
+def test_summary_ratios_on_seed_averaged_curves():
+    runs = [
+        # GRPO n=4, seeds averaged: tokens [0, 1000, 2000], accuracy [0.40, 0.45, 0.50] -> target 0.50 at 2000.
+        fake_run("grpo-4", 0, [0, 900, 1900], [0.40, 0.44, 0.52]),
+        fake_run("grpo-4", 1, [0, 1100, 2100], [0.40, 0.46, 0.48]),
+        # Averaged: tokens [0, 3000, 6000], accuracy [0.40, 0.60, 0.62] -> 0.50 halfway to 3000, i.e. 1500.
+        fake_run("ada-balanced", 0, [0, 3000, 6000], [0.40, 0.58, 0.60], zero_std=0.1),
+        fake_run("ada-balanced", 1, [0, 3000, 6000], [0.40, 0.62, 0.64], zero_std=0.2),
+        # Never reaches 0.50.
+        fake_run("grpo-16", 0, [0, 4000, 8000], [0.40, 0.42, 0.44]),
+    ]
+    rows = {row["key"]: row for row in learning_per_token.summarise(runs)}
+    assert rows["grpo-4"]["target_accuracy"] == pytest.approx(0.50)
+    assert rows["grpo-4"]["tokens_to_target"] == pytest.approx(2000)
+    assert rows["grpo-4"]["tokens_ratio"] == pytest.approx(1.0)
+    assert rows["ada-balanced"]["tokens_to_target"] == pytest.approx(1500)
+    assert rows["ada-balanced"]["tokens_ratio"] == pytest.approx(0.75)
+    assert rows["ada-balanced"]["seconds_ratio"] == pytest.approx(0.75)  # seconds are tokens / 100 here
+    assert rows["ada-balanced"]["final_accuracy"] == pytest.approx(0.62)
+    assert rows["ada-balanced"]["final_accuracy_per_seed"] == [0.60, 0.64]
+    assert rows["ada-balanced"]["frac_zero_std"] == pytest.approx(0.15)
+    assert rows["grpo-16"]["tokens_to_target"] is None and rows["grpo-16"]["tokens_ratio"] is None
+    table = learning_per_token.markdown_table(list(rows.values()))
+    assert "not reached" in table and "1,500 (0.75x)" in table
+
+
+def test_summary_needs_the_baseline():
+    with pytest.raises(ValueError, match="grpo-4"):
+        learning_per_token.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])
+
+
+def test_section_clock_charges_nested_time_to_the_inner_section(monkeypatch):
+    now = iter([0.0, 1.0, 4.0, 6.0, 6.5, 7.0])  # enter A, enter B, exit B, exit A, enter C, exit C
+    monkeypatch.setattr(time, "perf_counter", lambda: next(now))
+    clock = overhead.SectionClock()
+    with clock.section("A"):
+        with clock.section("B"):
+            pass
+    with clock.section("C"):
+        pass
+    assert dict(clock.seconds) == {"A": 1.0 + 2.0, "B": 3.0, "C": 0.5}
+    assert clock.calls == {"A": 1, "B": 1, "C": 1}
+
+
+def test_breakdown_shares_exclude_evaluation():
+    seconds = {"engine": 1.0, "generation": 6.0, "loss forward + backward": 3.0, overhead.EVALUATION: 100.0}
+    result = overhead.breakdown(seconds, steps=2)
+    assert result["step_seconds"] == pytest.approx(5.0)
+    assert result["ours_over_total"] == pytest.approx(0.1)
+    assert result["share"]["generation"] == pytest.approx(0.6)
+    assert result["ms_per_step"]["engine"] == pytest.approx(500.0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tiny real runs (untrained toy model)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, tmp_path):
+    from trl import GRPOTrainer
+
+    from trl_ada import ReinforceAdaTrainer
+    from trl_ada.demo import train_toy
+    from trl_ada.toy import make_arithmetic_dataset
+
+    steps, prompts_per_step = 3, 4
+    train = make_arithmetic_dataset(steps * prompts_per_step, seed=5, split="train")
+    heldout = make_arithmetic_dataset(8, seed=6, split="eval")
+    prompts_seen: dict[str, list[list[str]]] = {}
+    trainers = {}
+
+    def recording(base, key):
+        class Recording(base):  # the distinct prompts of every training step, in order
+            def _generate_and_score_completions(self, inputs):
+                contents = list(dict.fromkeys(row["prompt"][-1]["content"] for row in inputs))
+                prompts_seen.setdefault(key, []).append(sorted(contents))
+                return super()._generate_and_score_completions(inputs)
+
+        return Recording
+
+    runs = {}
+    for key, base in (("grpo-4", GRPOTrainer), ("grpo-16", GRPOTrainer), ("ada-balanced", ReinforceAdaTrainer)):
+        runs[key] = train_toy(
+            key,
+            toy_cold_dir,
+            train,
+            heldout,
+            steps=steps,
+            prompts_per_step=prompts_per_step,
+            eval_every=2,
+            heldout_samples=1,
+            output_dir=tmp_path / key,
+            verbose=False,
+            trainer_class=recording(base, key),
+            before_train=lambda trainer, key=key: trainers.__setitem__(key, trainer),
+        )
+
+    for key, run in runs.items():
+        state = trainers[key].state
+        # TRL adds prompt + completion tokens of every generation call to num_input_tokens_seen.
+        assert run.generated.prompt_tokens + run.generated.completion_tokens == state.num_input_tokens_seen
+        assert [c.step for c in run.checkpoints] == [0, 2, 3]
+        assert run.checkpoints[0].tokens == 0 and run.checkpoints[-1].tokens == run.generated.completion_tokens
+        pairs = list(itertools.pairwise(run.checkpoints))
+        assert all(a.tokens <= b.tokens and a.seconds <= b.seconds for a, b in pairs)
+        assert run.accuracy_before == runs["grpo-4"].accuracy_before  # same start, same evaluation seed
+    assert runs["grpo-4"].generated.completions == steps * prompts_per_step * 4
+    assert runs["grpo-16"].generated.completions == steps * prompts_per_step * 16
+    # Ada: the logged samples per prompt, step by step, times the prompts of the step.
+    ada_logs = [row for row in trainers["ada-balanced"].state.log_history if "ada/samples_per_prompt" in row]
+    assert len(ada_logs) == steps
+    drawn = sum(row["ada/samples_per_prompt"] * prompts_per_step for row in ada_logs)
+    assert runs["ada-balanced"].generated.completions == pytest.approx(drawn)
+    assert runs["ada-balanced"].samples_per_prompt == pytest.approx(drawn / (steps * prompts_per_step))
+    # Same prompts at every step for every method.
+    assert len(prompts_seen["grpo-4"]) == steps
+    assert prompts_seen["grpo-16"] == prompts_seen["grpo-4"] == prompts_seen["ada-balanced"]
+
+
+@pytest.mark.slow
+def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp_path):
+    argv = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--seeds", "0", "1"]
+    argv += ["--methods", "grpo-4", "ada-positive", "--jobs", "1", "--model-dir", str(toy_cold_dir)]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    saved = json.loads((tmp_path / "tiny.json").read_text())
+    assert saved["summary"] == report["summary"]
+    assert (tmp_path / "tiny.png").stat().st_size > 0
+    assert "| Ada-positive |" in (tmp_path / "tiny.md").read_text()
+    assert [(run["key"], run["seed"]) for run in saved["runs"]] == [
+        ("grpo-4", 0),
+        ("grpo-4", 1),
+        ("ada-positive", 0),
+        ("ada-positive", 1),
+    ]
+    for row in saved["summary"]:
+        runs = [run for run in saved["runs"] if run["key"] == row["key"]]
+        # Recount the totals from the runs' own counters.
+        assert row["tokens_total"] == pytest.approx(sum(r["generated"]["completion_tokens"] for r in runs) / 2)
+        assert row["final_accuracy_per_seed"] == [r["checkpoints"][-1]["accuracy"] for r in runs]
+        assert row["target_accuracy"] == pytest.approx(
+            sum(r["checkpoints"][-1]["accuracy"] for r in saved["runs"] if r["key"] == "grpo-4") / 2
+        )
+
+
+@pytest.mark.slow
+def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
+    from trl_ada import engine, trainer
+
+    originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": trainer._Rollouts.add}
+    argv = ["--steps", "2", "--repeats", "1", "--threads", "1", "--model-dir", str(toy_cold_dir)]
+    report = overhead.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    ada, grpo = report["results"]["Ada-balanced"], report["results"]["GRPO n=4"]
+    assert grpo["completions_per_step"] == 16 * 4  # one round of 4 per prompt
+    assert 16 * 8 <= ada["completions_per_step"] <= 16 * 32  # between one and four rounds of 8
+    assert ada["ms_per_step"]["engine"] > 0 and ada["ms_per_step"]["advantages"] > 0
+    assert all(grpo["ms_per_step"][name] == 0 for name in overhead.OURS)  # GRPO never enters our code
+    assert grpo["ms_per_step"]["generation"] > 0 and grpo["ms_per_step"]["loss forward + backward"] > 0
+    assert report["ada_over_grpo_step_time"] == pytest.approx(ada["step_seconds"] / grpo["step_seconds"])
+    # The patched names are back to the originals.
+    assert trainer.sample_adaptively is engine.sample_adaptively and trainer.downsample is engine.downsample
+    assert engine.Tally.__dict__["of"] is originals["of"] and engine.Tally.metrics is originals["metrics"]
+    assert trainer._Rollouts.add is originals["add"]
+    assert "ours / Ada step time" in (tmp_path / "tiny.md").read_text()
