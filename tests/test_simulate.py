@@ -149,7 +149,7 @@ def test_command_prints_the_table_and_plots(tmp_path, capsys):
         assert row in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["--pass-rates", "beta:x"]) == 2
-    assert "beta:A,B" in capsys.readouterr().out
+    assert "beta:A,B" in capsys.readouterr().err
 
 
 def test_format_table_aligns_and_marks_missing_values():
