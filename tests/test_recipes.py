@@ -26,6 +26,14 @@ GPU_RECIPES = [p for p in RECIPES if p.name != "toy-cpu.yaml"]
 # lr 1e-6, no KL, clip 0.2 / 0.28, 2048 completion tokens, temperature 1, budget 8 x 4 rounds.
 PAPER_GPUS, PAPER_PROMPTS, PAPER_MINIBATCH, PAPER_STEPS, PAPER_WARMUP = 8, 512, 128, 400, 10
 SAMPLING_FIELDS = {"sampling_strategy", "samples_per_round", "max_rounds", "min_positives", "min_negatives"}
+ESTIMATE_FIELDS = {
+    "samples_per_prompt_mean",
+    "min_samples_per_prompt",
+    "max_samples_per_prompt",
+    "allocation_rule",
+    "difficulty_weighting",
+    "max_difficulty_weight",
+}
 RUN_NAME_FIELDS = {"output_dir", "logging_dir", "run_name"}
 
 
@@ -45,7 +53,7 @@ def flat(path: Path) -> dict:
 
 def test_recipes_are_found():
     assert (RECIPES_DIR / "toy-cpu.yaml") in RECIPES
-    assert len(PAPER_RECIPES) == 15  # 2 models x 2 prompt sets x 3 methods, and Llama x 3
+    assert len(PAPER_RECIPES) == 16  # 2 models x 2 prompt sets x 3 methods, Llama x 3, and Est for 1.5B easy
     assert {p.stem for p in ACCELERATE} == {"ddp", "zero2", "zero3", "fsdp"}
 
 
@@ -106,13 +114,17 @@ def differing_keys(a: dict, b: dict) -> set[str]:
 @pytest.mark.parametrize("group", sorted(variants()), ids="/".join)
 def test_methods_of_one_model_and_prompt_set_differ_only_in_sampling(group):
     recipes = variants()[group]
-    assert set(recipes) == {"grpo", "positive", "balanced"}
+    assert set(recipes) - {"estimate"} == {"grpo", "positive", "balanced"}
     grpo, positive, balanced = (flat(recipes[m]) for m in ("grpo", "positive", "balanced"))
     assert differing_keys(positive, balanced) == {"sampling_strategy"}
     # The authors' GRPO baseline divides advantages by the group std (verl's default); their Ada runs do not.
     assert differing_keys(grpo, balanced) <= SAMPLING_FIELDS | {"scale_rewards"}
     assert (grpo["sampling_strategy"], grpo["scale_rewards"]) == ("uniform", "group")
     assert balanced["scale_rewards"] == positive["scale_rewards"] == "none"
+    if "estimate" in recipes:  # Reinforce-Ada-Est: the same run but for how samples are allocated and weighted
+        estimate = flat(recipes["estimate"])
+        assert differing_keys(estimate, balanced) <= SAMPLING_FIELDS | ESTIMATE_FIELDS
+        assert estimate["sampling_strategy"] == "estimate" and estimate["scale_rewards"] == "none"
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-math-1.5b", "qwen2.5-math-7b"])
