@@ -3,6 +3,7 @@
 import math
 import random
 from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -71,16 +72,23 @@ SCRIPT = {
 POOL_MEAN = {"a": 2 / 16, "b": 6 / 8, "c": 0.0}
 
 
-@pytest.fixture
-def scripted(toy_cold_dir, tmp_path):
-    calls = defaultdict(int)
+def script_reward(script: dict[str, list]) -> tuple[Callable, defaultdict]:
+    """A reward that hands out `script[key]` in order, per prompt key, and the count it served of each key."""
+    served = defaultdict(int)
 
     def scripted_reward(completions, key, **kwargs):
         rewards = []
         for k in key:
-            rewards.append(float(SCRIPT[k][calls[k]]))
-            calls[k] += 1
+            rewards.append(float(script[k][served[k]]))
+            served[k] += 1
         return rewards
+
+    return scripted_reward, served
+
+
+@pytest.fixture
+def scripted(toy_cold_dir, tmp_path):
+    scripted_reward, calls = script_reward(SCRIPT)
 
     def run(**overrides):
         trainer = make_trainer(
@@ -468,7 +476,7 @@ POSTERIOR_SCRIPT = {
 def test_posterior_round_sizes_reach_generation_and_tokens_are_counted(toy_cold_dir, tmp_path, monkeypatch):
     from trl_ada.engine import posterior_round_size
 
-    calls, served = [], defaultdict(int)
+    calls = []
     parent = GRPOTrainer._generate
 
     def recording_generate(self, prompts):
@@ -480,13 +488,7 @@ def test_posterior_round_sizes_reach_generation_and_tokens_are_counted(toy_cold_
 
     monkeypatch.setattr(GRPOTrainer, "_generate", recording_generate)
 
-    def scripted_reward(completions, key, **kwargs):
-        rewards = []
-        for k in key:
-            rewards.append(float(POSTERIOR_SCRIPT[k][served[k]]))
-            served[k] += 1
-        return rewards
-
+    scripted_reward, served = script_reward(POSTERIOR_SCRIPT)
     trainer = make_trainer(
         toy_cold_dir,
         tmp_path,
