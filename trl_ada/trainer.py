@@ -325,12 +325,15 @@ class ReinforceAdaTrainer(GRPOTrainer):
         return advantages.flatten().to(device), weights
 
     def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
-        tally = Tally.of(step.result.pools, weights.tolist())
-        if self.accelerator.num_processes > 1:
-            tally = sum(gather_object([tally]), Tally())
+        # One gather for every per-step metric: this process's tally, memory pass rates and pool sizes.
+        local = (Tally.of(step.result.pools, weights.tolist()), step.p_hat, [len(pool) for pool in step.result.pools])
+        parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
+        tally = sum((part[0] for part in parts), Tally())
         metrics = tally.metrics(step.result.rounds)
         metrics["ada/completion_tokens"] = float(self._sum_over_processes(step.completion_tokens))
-        metrics.update(self._memory_metrics(step))
+        metrics.update(
+            self._memory_metrics([p for part in parts for p in part[1]], [n for part in parts for n in part[2]])
+        )
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
         # GRPOTrainer logged its group advantages for the completions table; show the ones actually used.
@@ -340,13 +343,9 @@ class ReinforceAdaTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(all_advantages)
 
-    def _memory_metrics(self, step: _AdaStep) -> dict[str, float]:
+    def _memory_metrics(self, p_hat: list[float], sizes: list[int]) -> dict[str, float]:
         """Mean memory pass rate of the step's prompts (read before the update), the memory's size after it, and
         the spread of samples per prompt (under `"estimate"`, the allocation), over every process."""
-        local = (step.p_hat, [len(pool) for pool in step.result.pools])
-        parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
-        p_hat = [p for part in parts for p in part[0]]
-        sizes = [n for part in parts for n in part[1]]
         return {
             "ada/p_hat_mean": sum(p_hat) / max(len(p_hat), 1),
             "ada/memory_size": float(len(self.ada_memory)),
