@@ -25,7 +25,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 STRATEGIES = ("balanced", "positive", "uniform")  # exit rules; "estimate" (Est) is one round sized by the caller
 ROUND_SIZINGS = ("fixed", "posterior")
@@ -299,11 +299,86 @@ class Request:
 GenerateFn = Callable[[list[Request]], list[Any]]
 ScoreFn = Callable[[list[Request], list[Any]], Sequence[float]]
 
+ROLLOUT_SCHEDULES = ("rounds", "streaming")
+POOL_ORDERS = ("request", "finish_order_biased")
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One completion requested for prompt `prompt_index`; `ticket` numbers the step's draws in request order."""
+
+    prompt_index: int
+    ticket: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A completion the backend has finished: its draw's ticket, the caller's handle, and the tokens it generated."""
+
+    ticket: int
+    handle: Any
+    num_tokens: int = 0
+
+
+class Backend(Protocol):
+    """A generation engine seen as events: draws go in, finished completions come out, in-flight draws can be
+    aborted. The trainer's backends (`trl_ada.backends`) and the step-time benchmark's emulated engine implement it."""
+
+    def submit(self, draws: Sequence[Draw]) -> None:
+        """Start generating one completion per draw (`draws` may be empty)."""
+
+    def wait(self) -> list[Finished]:
+        """Block until at least one submitted draw that was not aborted has finished; return every finished draw not
+        returned before. Return `[]` only when nothing is in flight."""
+
+    def abort(self, tickets: Sequence[int]) -> int:
+        """Stop these in-flight draws (they must never be returned by `wait`); return the tokens they had generated,
+        as far as the backend knows (0 when it cannot tell)."""
+
+
+class RoundsBackend:
+    """A blocking `generate(requests) -> handles` call as a `Backend`: `wait` generates everything submitted since the
+    last call, in one call (grouped into one `Request` per run of draws of the same prompt), and returns it all.
+
+    It calls `generate` on every `wait`, even with nothing submitted: under rounds, every process must make the same
+    number of generation calls (vLLM server mode and ZeRO-3 generation are collective). `num_tokens(handle)`, when
+    given, reports each completion's generated tokens."""
+
+    def __init__(self, generate: GenerateFn, num_tokens: Callable[[Any], int] | None = None) -> None:
+        self._generate = generate
+        self._num_tokens = num_tokens
+        self._pending: list[Draw] = []
+
+    def submit(self, draws: Sequence[Draw]) -> None:
+        self._pending.extend(draws)
+
+    def wait(self) -> list[Finished]:
+        draws, self._pending = self._pending, []
+        requests: list[Request] = []
+        for draw in draws:
+            if requests and requests[-1].prompt_index == draw.prompt_index:
+                requests[-1] = Request(draw.prompt_index, requests[-1].num_samples + 1)
+            else:
+                requests.append(Request(draw.prompt_index, 1))
+        handles = self._generate(requests)
+        if len(handles) != len(draws):
+            raise RuntimeError(f"generate: requested {len(draws)} completions, got {len(handles)}.")
+        count = self._num_tokens or (lambda handle: 0)
+        return [Finished(d.ticket, h, count(h)) for d, h in zip(draws, handles, strict=True)]
+
+    def abort(self, tickets: Sequence[int]) -> int:
+        raise RuntimeError("A blocking generate call has nothing in flight to abort.")
+
 
 @dataclass
 class SamplingResult:
     pools: list[Pool]
-    rounds: int  # generation calls made this step
+    rounds: int  # rounds: generation calls made this step; streaming: the most submission waves of any prompt
+    in_flight_max: int = 0  # the most draws in flight at once on this process
+    generated_tokens: int = 0  # every token the backend reported generating, aborted and dropped draws included
+    aborted_tokens: int = 0  # tokens of draws aborted in flight or dropped after their prompt stopped
+    aborted: int = 0  # draws aborted in flight
+    dropped: int = 0  # draws that finished after their prompt had stopped (beyond its pool): generated, not used
 
 
 def _is_finished(pool: Pool, schedule: Schedule) -> bool:
@@ -321,7 +396,7 @@ def sample_adaptively(
     any_active: Callable[[bool], bool] = bool,
     first_round_sizes: Sequence[int] | None = None,
 ) -> SamplingResult:
-    """Run the successive-elimination rounds for `num_prompts` prompts.
+    """Run the successive-elimination rounds for `num_prompts` prompts with a blocking `generate`.
 
     `generate(requests)` returns a flat list of completion handles, `request.num_samples` per request, in request
     order; `score(requests, handles)` returns one reward per handle. `any_active(local)` lets several processes
@@ -329,7 +404,50 @@ def sample_adaptively(
     is a collective call (vLLM server, ZeRO-3), so a process with nothing left still calls `generate([])`.
     `first_round_sizes`, one per prompt within `[1, schedule.budget]`, replaces the schedule's first round (sized
     from a pass-rate memory, e.g. by `allocation.allocate` for Reinforce-Ada-Est); later rounds follow the schedule.
+    This is `sample` with `rollout="rounds"` over a `RoundsBackend`.
     """
+    return sample(
+        num_prompts,
+        schedule,
+        RoundsBackend(generate),
+        score,
+        any_active=any_active,
+        first_round_sizes=first_round_sizes,
+    )
+
+
+def sample(
+    num_prompts: int,
+    schedule: Schedule,
+    backend: Backend,
+    score: ScoreFn,
+    rollout: str = "rounds",
+    max_in_flight: int | None = None,
+    any_active: Callable[[bool], bool] = bool,
+    first_round_sizes: Sequence[int] | None = None,
+    pool_order: str = "request",
+) -> SamplingResult:
+    """Sample every prompt's pool for one step: the scheduler the trainer, the simulator and the benchmarks share.
+
+    `rollout="rounds"` (the paper's loop): each round submits a round for every active prompt, waits for all of it
+    (a barrier: the slowest completion sets the pace), scores it in one call, and retires prompts whose exit rule
+    holds or whose budget is spent. `any_active` and `first_round_sizes` are as in `sample_adaptively`.
+
+    `rollout="streaming"`: no barriers. Each prompt keeps up to `max_in_flight` draws outstanding (default
+    `samples_per_round`; with `round_sizing="posterior"`, the posterior's next-round size, capped by `max_in_flight`
+    when given) and never more than its budget, drawn and in flight together. Completions are scored in the batches
+    the backend returns them. A prompt's pool is the longest prefix of its draws *in request order* whose
+    completions have all finished; the prompt stops at the first prefix where its exit rule holds (with a full group)
+    or its budget is spent, and its draws beyond that prefix are aborted (in flight) or dropped (finished). Since
+    the draws of a prompt are exchangeable, the pool is distributed exactly as the sequential limit's (draw one at a
+    time, stop as soon as the rule holds), whatever the finish order. Stopping on the first completions to *finish*
+    would bias pools toward fast completions (short answers, which are more often right); that variant exists only
+    as `pool_order="finish_order_biased"`, to measure the bias.
+    """
+    if rollout not in ROLLOUT_SCHEDULES:
+        raise ValueError(f"Unknown rollout schedule {rollout!r}; expected one of {ROLLOUT_SCHEDULES}.")
+    if pool_order not in POOL_ORDERS:
+        raise ValueError(f"Unknown pool order {pool_order!r}; expected one of {POOL_ORDERS}.")
     if first_round_sizes is not None:
         first_round_sizes = list(first_round_sizes)
         if len(first_round_sizes) != num_prompts or not all(1 <= n <= schedule.budget for n in first_round_sizes):
@@ -337,9 +455,26 @@ def sample_adaptively(
                 f"first_round_sizes must hold {num_prompts} sizes in [1, {schedule.budget}] (the per-prompt budget), "
                 f"got {first_round_sizes}."
             )
+    if rollout == "rounds":
+        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes)
+    if first_round_sizes is not None:
+        raise ValueError("Sizes fixed in advance (first_round_sizes) make one round with nothing to stream.")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1 (or None), got {max_in_flight}.")
+    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order).run()
+
+
+def _sample_in_rounds(
+    num_prompts: int,
+    schedule: Schedule,
+    backend: Backend,
+    score: ScoreFn,
+    any_active: Callable[[bool], bool],
+    first_round_sizes: list[int] | None,
+) -> SamplingResult:
     pools = [Pool(schedule.positive_threshold) for _ in range(num_prompts)]
     active = list(range(num_prompts))
-    rounds = 0
+    rounds = tickets = in_flight_max = tokens = 0
     while rounds < schedule.max_rounds and any_active(bool(active)):
         if rounds == 0 and first_round_sizes is not None:
             requests = [Request(i, first_round_sizes[i]) for i in active]
@@ -347,14 +482,27 @@ def sample_adaptively(
             requests = [
                 Request(i, min(schedule.round_size(pools[i], rounds), schedule.budget - len(pools[i]))) for i in active
             ]
-        handles = generate(requests)
+        indices = [r.prompt_index for r in requests for _ in range(r.num_samples)]
+        draws = [Draw(i, tickets + j) for j, i in enumerate(indices)]
+        tickets += len(draws)
+        in_flight_max = max(in_flight_max, len(draws))
+        backend.submit(draws)
+        pending = {d.ticket for d in draws}
+        finished: dict[int, Finished] = {}
+        while True:  # the barrier: the whole round, even when nothing was submitted here (see RoundsBackend)
+            batch = backend.wait()
+            finished.update((f.ticket, f) for f in batch if f.ticket in pending)
+            if len(finished) == len(pending):
+                break
+            if not batch:
+                raise RuntimeError(
+                    f"Round {rounds}: the backend stopped with {len(pending) - len(finished)} draws due."
+                )
+        handles = [finished[d.ticket].handle for d in draws]
+        tokens += sum(f.num_tokens for f in finished.values())
         rewards = list(score(requests, handles))
-        expected = sum(r.num_samples for r in requests)
-        if len(handles) != expected or len(rewards) != expected:
-            raise RuntimeError(
-                f"Round {rounds}: requested {expected} completions, got {len(handles)} completions and "
-                f"{len(rewards)} rewards."
-            )
+        if len(rewards) != len(handles):
+            raise RuntimeError(f"Round {rounds}: requested {len(handles)} completions, got {len(rewards)} rewards.")
         start = 0
         for request in requests:
             end = start + request.num_samples
@@ -362,9 +510,141 @@ def sample_adaptively(
             start = end
         active = [i for i in active if not _is_finished(pools[i], schedule)]
         rounds += 1
+    _mark_resolved(pools, schedule)
+    return SamplingResult(pools, rounds, in_flight_max, tokens)
+
+
+def _mark_resolved(pools: list[Pool], schedule: Schedule) -> None:
     for pool in pools:
         pool.resolved = schedule.exit_rule.holds(pool.num_positive, pool.num_negative)
-    return SamplingResult(pools, rounds)
+
+
+@dataclass
+class _Prompt:
+    """One prompt's draws under streaming, in request order; `pool` holds the finished prefix."""
+
+    pool: Pool
+    tickets: list[int] = field(default_factory=list)
+    waves: dict[int, int] = field(default_factory=dict)  # ticket -> submission wave (0: the first)
+    arrived: dict[int, tuple[Any, float, int]] = field(default_factory=dict)  # finished beyond the pool
+    in_flight: set[int] = field(default_factory=set)
+    num_waves: int = 0
+    stopped: bool = False
+
+
+class _Stream:
+    """The streaming loop of `sample`, one object per step."""
+
+    def __init__(
+        self,
+        num_prompts: int,
+        schedule: Schedule,
+        backend: Backend,
+        score: ScoreFn,
+        max_in_flight: int | None,
+        pool_order: str,
+    ) -> None:
+        self.schedule, self.backend, self.score = schedule, backend, score
+        self.max_in_flight, self.pool_order = max_in_flight, pool_order
+        self.prompts = [_Prompt(Pool(schedule.positive_threshold)) for _ in range(num_prompts)]
+        self.owner: dict[int, int] = {}  # ticket -> prompt index
+        self.next_ticket = 0
+        self.in_flight = 0
+        self.result = SamplingResult([p.pool for p in self.prompts], 0)
+
+    def run(self) -> SamplingResult:
+        self._submit([d for i in range(len(self.prompts)) for d in self._top_up(i)])
+        while self.in_flight:
+            batch = self.backend.wait()
+            if not batch:
+                raise RuntimeError(f"The backend returned nothing with {self.in_flight} draws in flight.")
+            batch = [f for f in batch if f.ticket in self.prompts[self.owner[f.ticket]].in_flight]
+            self.in_flight -= len(batch)
+            self.result.generated_tokens += sum(f.num_tokens for f in batch)
+            for f in batch:
+                self.prompts[self.owner[f.ticket]].in_flight.discard(f.ticket)
+            live = batch  # a stopped prompt has nothing in flight, so every finished draw here is still wanted
+            rewards = list(self.score([Request(self.owner[f.ticket], 1) for f in live], [f.handle for f in live]))
+            if len(rewards) != len(live):
+                raise RuntimeError(f"Scored {len(live)} completions, got {len(rewards)} rewards.")
+            touched = []
+            for f, reward in zip(live, rewards, strict=True):
+                index = self.owner[f.ticket]
+                self.prompts[index].arrived[f.ticket] = (f.handle, float(reward), f.num_tokens)
+                if index not in touched:
+                    touched.append(index)
+            draws, aborts = [], []
+            for index in touched:
+                aborts.extend(self._advance(index))
+                draws.extend(self._top_up(index))
+            if aborts:
+                self.in_flight -= len(aborts)
+                self.result.aborted += len(aborts)
+                tokens = self.backend.abort(aborts)
+                self.result.aborted_tokens += tokens
+                self.result.generated_tokens += tokens
+            self._submit(draws)
+        self.result.rounds = max((p.num_waves for p in self.prompts), default=0)
+        _mark_resolved(self.result.pools, self.schedule)
+        return self.result
+
+    def _advance(self, index: int) -> list[int]:
+        """Move finished draws into the pool (in request order, or finish order for the biased variant) until the
+        prompt stops; return the in-flight draws to abort when it does."""
+        prompt = self.prompts[index]
+        if self.pool_order == "request":
+            order = prompt.tickets[len(prompt.pool) :]
+        else:
+            order = list(prompt.arrived)  # arrival order: dicts keep insertion order
+        for ticket in order:
+            if ticket not in prompt.arrived:
+                break  # a gap: an earlier draw is still in flight
+            handle, reward, _ = prompt.arrived.pop(ticket)
+            prompt.pool.add([handle], [reward], prompt.waves[ticket])
+            if _is_finished(prompt.pool, self.schedule):
+                prompt.stopped = True
+                self._drop([tokens for _, _, tokens in prompt.arrived.values()])
+                prompt.arrived.clear()
+                aborts, prompt.in_flight = sorted(prompt.in_flight), set()
+                return aborts
+        return []
+
+    def _top_up(self, index: int) -> list[Draw]:
+        prompt = self.prompts[index]
+        if prompt.stopped:
+            return []
+        outstanding = len(prompt.tickets) - len(prompt.pool)  # in flight, or finished beyond the pool
+        room = self.schedule.budget - len(prompt.tickets)
+        count = min(self._target(prompt.pool) - outstanding, room)
+        if count <= 0:
+            return []
+        draws = [Draw(index, self.next_ticket + j) for j in range(count)]
+        self.next_ticket += count
+        for draw in draws:
+            self.owner[draw.ticket] = index
+            prompt.tickets.append(draw.ticket)
+            prompt.waves[draw.ticket] = prompt.num_waves
+            prompt.in_flight.add(draw.ticket)
+        prompt.num_waves += 1
+        return draws
+
+    def _target(self, pool: Pool) -> int:
+        """Draws a prompt keeps outstanding, given its pool so far."""
+        schedule = self.schedule
+        if schedule.round_sizing == "fixed":
+            return self.max_in_flight or schedule.samples_per_round
+        size = posterior_round_size(pool.num_positive, pool.num_negative, len(pool), schedule.max_rounds, schedule)
+        return min(size, self.max_in_flight) if self.max_in_flight else size
+
+    def _submit(self, draws: list[Draw]) -> None:
+        if draws:
+            self.in_flight += len(draws)
+            self.result.in_flight_max = max(self.result.in_flight_max, self.in_flight)
+            self.backend.submit(draws)
+
+    def _drop(self, tokens: list[int]) -> None:
+        self.result.dropped += len(tokens)
+        self.result.aborted_tokens += sum(tokens)
 
 
 def downsample(pool: Pool, group_size: int, rng: random.Random, mode: str = "balanced") -> list[int]:
