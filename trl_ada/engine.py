@@ -434,8 +434,9 @@ def sample(
     holds or whose budget is spent. `any_active` and `first_round_sizes` are as in `sample_adaptively`.
 
     `rollout="streaming"`: no barriers. Each prompt keeps up to `max_in_flight` draws outstanding (default
-    `samples_per_round`; with `round_sizing="posterior"`, the posterior's next-round size, capped by `max_in_flight`
-    when given) and never more than its budget, drawn and in flight together. Completions are scored in the batches
+    `samples_per_round`, topped up as draws finish; with `round_sizing="posterior"`, the posterior's next-round size,
+    capped by `max_in_flight` when given, submitted once the prompt's previous round is all in, so each prompt runs
+    its own rounds without waiting for the others) and never more than its budget, drawn and in flight together. Completions are scored in the batches
     the backend returns them. A prompt's pool is the longest prefix of its draws *in request order* whose
     completions have all finished; the prompt stops at the first prefix where its exit rule holds (with a full group)
     or its budget is spent, and its draws beyond that prefix are aborted (in flight) or dropped (finished). Since
@@ -614,8 +615,10 @@ class _Stream:
         if prompt.stopped:
             return []
         outstanding = len(prompt.tickets) - len(prompt.pool)  # in flight, or finished beyond the pool
+        if self.schedule.round_sizing == "posterior" and outstanding:
+            return []  # the posterior plans rounds: a prompt's next one is sized once its last one is all in
         room = self.schedule.budget - len(prompt.tickets)
-        count = min(self._target(prompt.pool) - outstanding, room)
+        count = min(self._target(prompt) - outstanding, room)
         if count <= 0:
             return []
         draws = [Draw(index, self.next_ticket + j) for j in range(count)]
@@ -628,12 +631,15 @@ class _Stream:
         prompt.num_waves += 1
         return draws
 
-    def _target(self, pool: Pool) -> int:
+    def _target(self, prompt: _Prompt) -> int:
         """Draws a prompt keeps outstanding, given its pool so far."""
-        schedule = self.schedule
+        schedule, pool = self.schedule, prompt.pool
         if schedule.round_sizing == "fixed":
             return self.max_in_flight or schedule.samples_per_round
-        size = posterior_round_size(pool.num_positive, pool.num_negative, len(pool), schedule.max_rounds, schedule)
+        # Each wave is one of the prompt's own rounds, without waiting for other prompts: with equal latencies,
+        # streaming submits exactly what rounds would.
+        rounds_left = max(1, schedule.max_rounds - prompt.num_waves)
+        size = posterior_round_size(pool.num_positive, pool.num_negative, len(pool), rounds_left, schedule)
         return min(size, self.max_in_flight) if self.max_in_flight else size
 
     def _submit(self, draws: list[Draw]) -> None:

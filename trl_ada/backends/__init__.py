@@ -1,0 +1,1 @@
+"""Generation backends of the streaming schedule, one module each; see `base.TokenBackend`."""
