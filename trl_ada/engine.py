@@ -434,16 +434,17 @@ def sample(
     holds or whose budget is spent. `any_active` and `first_round_sizes` are as in `sample_adaptively`.
 
     `rollout="streaming"`: no barriers. Each prompt keeps up to `max_in_flight` draws outstanding (default
-    `samples_per_round`, topped up as draws finish; with `round_sizing="posterior"`, the posterior's next-round size,
-    capped by `max_in_flight` when given, submitted once the prompt's previous round is all in, so each prompt runs
-    its own rounds without waiting for the others) and never more than its budget, drawn and in flight together. Completions are scored in the batches
-    the backend returns them. A prompt's pool is the longest prefix of its draws *in request order* whose
-    completions have all finished; the prompt stops at the first prefix where its exit rule holds (with a full group)
-    or its budget is spent, and its draws beyond that prefix are aborted (in flight) or dropped (finished). Since
-    the draws of a prompt are exchangeable, the pool is distributed exactly as the sequential limit's (draw one at a
-    time, stop as soon as the rule holds), whatever the finish order. Stopping on the first completions to *finish*
-    would bias pools toward fast completions (short answers, which are more often right); that variant exists only
-    as `pool_order="finish_order_biased"`, to measure the bias.
+    `samples_per_round`, topped up as draws finish; with `round_sizing="posterior"`, the posterior's next-round
+    size, capped by `max_in_flight` when given, submitted once the prompt's previous round is all in, so each
+    prompt runs its own rounds without waiting for the others) and never more than its budget, drawn and in flight
+    together. Completions are scored in the batches the backend returns them. A prompt's pool is the longest prefix
+    of its draws *in request order* whose completions have all finished; the prompt stops at the first prefix where
+    its exit rule holds (with a full group) or its budget is spent, and its draws beyond that prefix are aborted
+    (in flight) or dropped (finished). Since the draws of a prompt are exchangeable, the pool is distributed
+    exactly as the sequential limit's (draw one at a time, stop as soon as the rule holds), whatever the finish
+    order. Stopping on the first completions to *finish* would bias pools toward fast completions (short answers,
+    which are more often right); that variant exists only as `pool_order="finish_order_biased"`, to measure the
+    bias.
     """
     if rollout not in ROLLOUT_SCHEDULES:
         raise ValueError(f"Unknown rollout schedule {rollout!r}; expected one of {ROLLOUT_SCHEDULES}.")
