@@ -7,7 +7,7 @@ from trl import GRPOConfig
 
 from .advantages import WEIGHTINGS
 from .allocation import ALLOCATION_RULES
-from .engine import DOWNSAMPLES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from .engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
 from .memory import PassRateMemory
 
 BASELINES = ("pool", "group")
@@ -42,6 +42,23 @@ class ReinforceAdaConfig(GRPOConfig):
             budget `samples_per_round * max_rounds` and `max_rounds` still cap it, so a round can draw more or fewer
             than `samples_per_round` for a prompt. Resolves the same prompts as `"fixed"`, with fewer samples on the
             pass-rate mixes measured in `benchmarks/README.md`.
+        rollout_schedule (`str`, *optional*, defaults to `"rounds"`):
+            `"rounds"`: every round waits for all of its completions before the next round starts (the paper's
+            loop). `"streaming"`: no round barriers; each active prompt keeps up to `max_in_flight` completions in
+            flight, finished completions are scored in small batches, and a prompt stops at the first prefix of its
+            completions, in the order they were requested, where its exit rule holds (the pool is then distributed
+            exactly as with one sample at a time); its other requests are aborted. Needs an engine with continuous
+            batching: vLLM (server or colocate) or `use_transformers_continuous_batching=True`. Not for
+            `sampling_strategy="estimate"`, whose sizes are fixed before sampling.
+        max_in_flight (`int` or `None`, *optional*, defaults to `None`):
+            Streaming: completions each active prompt keeps in flight. `None`: `samples_per_round`, or with
+            `round_sizing="posterior"` the posterior's next-round size (an int caps it).
+        vllm_request_timeout (`float`, *optional*, defaults to `600.0`):
+            Streaming in vLLM server mode: seconds a request may go without receiving any data (the server streams
+            tokens as they are generated) before it counts as failed.
+        vllm_request_retries (`int`, *optional*, defaults to `2`):
+            Streaming in vLLM server mode: times a failed request (refused connection, server error, timeout) is
+            sent again before the step fails on every process with an error naming the server and these settings.
         positive_threshold (`float`, *optional*, defaults to `0.7`):
             A completion is positive when its total weighted reward is strictly above this value.
         min_positives (`int` or `None`, *optional*, defaults to `None`):
@@ -120,6 +137,30 @@ class ReinforceAdaConfig(GRPOConfig):
             "counts so far (Beta posterior), within the same budget and max_rounds.",
             "choices": list(ROUND_SIZINGS),
         },
+    )
+    rollout_schedule: str = field(
+        default="rounds",
+        metadata={
+            "help": "'rounds': each round waits for all its completions; 'streaming': no barriers, each active prompt "
+            "keeps max_in_flight completions in flight and stops on the first request-order prefix where its exit "
+            "rule holds, aborting the rest (vLLM or transformers continuous batching).",
+            "choices": list(ROLLOUT_SCHEDULES),
+        },
+    )
+    max_in_flight: int | None = field(
+        default=None,
+        metadata={
+            "help": "Streaming: completions each active prompt keeps in flight. None: samples_per_round (posterior "
+            "sizing: the posterior's round size)."
+        },
+    )
+    vllm_request_timeout: float = field(
+        default=600.0,
+        metadata={"help": "Streaming, vLLM server: seconds a request may receive nothing before it fails."},
+    )
+    vllm_request_retries: int = field(
+        default=2,
+        metadata={"help": "Streaming, vLLM server: times a failed request is retried before the step fails."},
     )
     positive_threshold: float = field(
         default=0.7,
@@ -260,6 +301,37 @@ class ReinforceAdaConfig(GRPOConfig):
             )
 
         self._check_estimate()
+        self._check_rollout_schedule()
+
+    def _check_rollout_schedule(self) -> None:
+        if self.rollout_schedule not in ROLLOUT_SCHEDULES:
+            raise ValueError(f"rollout_schedule={self.rollout_schedule!r} is not one of {ROLLOUT_SCHEDULES}.")
+        if self.max_in_flight is not None and (isinstance(self.max_in_flight, bool) or self.max_in_flight < 1):
+            raise ValueError(f"max_in_flight must be an integer >= 1 or None, got {self.max_in_flight!r}.")
+        if not self.vllm_request_timeout > 0:
+            raise ValueError(f"vllm_request_timeout must be > 0 seconds, got {self.vllm_request_timeout}.")
+        if self.vllm_request_retries < 0:
+            raise ValueError(f"vllm_request_retries must be >= 0, got {self.vllm_request_retries}.")
+        if self.rollout_schedule != "streaming":
+            return
+        if self.sampling_strategy == "estimate":
+            raise ValueError(
+                "rollout_schedule='streaming' has nothing to stream under sampling_strategy='estimate': its "
+                "per-prompt sizes are fixed before sampling and it has no exit rule. Use rollout_schedule='rounds'."
+            )
+        if not self.use_vllm and not self.use_transformers_continuous_batching:
+            raise ValueError(
+                "rollout_schedule='streaming' needs an engine that takes and aborts requests while it generates: "
+                "set use_vllm=True (vllm_mode='server' or 'colocate'), or use_transformers_continuous_batching=True "
+                "to stream through transformers on this machine. Plain `model.generate` works on whole batches; use "
+                "rollout_schedule='rounds' with it."
+            )
+        if self.use_vllm and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size > 1:
+            raise ValueError(
+                "rollout_schedule='streaming' with vllm_mode='colocate' needs vllm_tensor_parallel_size=1: with "
+                "tensor parallelism every rank of the group must submit and abort the same requests in lockstep, "
+                "which streaming does not do. Use rollout_schedule='rounds', or vllm_mode='server'."
+            )
 
     def _check_estimate(self) -> None:
         """The pass-rate memory, the Est budget and ODC's requirement on the downsample."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import random
 import textwrap
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,9 +19,11 @@ from trl.trainer.utils import get_config_model_id
 
 from .advantages import difficulty_weights, nan_mean_std, normalized_advantages, odc_weights
 from .allocation import allocate
+from .backends.base import TokenBackend
+from .backends.scoring import decode_completions, local_reward_gather
 from .checks import RewardFunctionError, RewardGuard, check_reward_columns, excerpt
 from .config import ReinforceAdaConfig
-from .engine import Pool, Request, SamplingResult, Tally, downsample, sample_adaptively
+from .engine import Pool, Request, SamplingResult, Tally, downsample, sample, sample_adaptively
 from .memory import prompt_key, prompt_text_key
 
 logger = logging.get_logger(__name__)
@@ -77,6 +80,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 # TRL's tool loop indexes per-row state built for the original batch, which rounds of other sizes
                 # would misalign.
                 raise NotImplementedError(f"ReinforceAdaTrainer does not support `{unsupported}` yet.")
+        if kwargs.get("rollout_func") is not None and args.rollout_schedule == "streaming":
+            raise NotImplementedError(
+                "rollout_schedule='streaming' drives the generation engine itself, so a custom rollout_func cannot "
+                "run per completion; use rollout_schedule='rounds' (rollout_func is then called once per round)."
+            )
         if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
             check_reward_columns(_as_list(reward_funcs), getattr(kwargs.get("train_dataset"), "column_names", None))
         try:
@@ -103,10 +111,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self._ada_inputs: list[dict[str, Any]] | None = None  # the dataset rows of the step being generated
         self._ada_step: _AdaStep | None = None
         self._ada_warned_context = False  # the prompt-beyond-context warning is given once per run
+        self._ada_replay: tuple[list, list | None] | None = None  # streamed completions handed to TRL's _generate
 
-    # ------------------------------------------------------------------ seam 1: generation in rounds
+    # ------------------------------------------------------------------ seam 1: generation in rounds or streamed
     def _generate(self, prompts: list):
-        """In training, run the rounds for the batch's prompts and return `num_generations` kept rows per prompt."""
+        """In training, sample each prompt's pool (in rounds or streamed) and return `num_generations` kept rows per
+        prompt."""
         if self._ada_inputs is None:  # evaluation
             return super()._generate(prompts)
         group_size = self.num_generations
@@ -114,6 +124,29 @@ class ReinforceAdaTrainer(GRPOTrainer):
         unique_prompts = [prompts[s] for s in starts]
         unique_inputs = [self._ada_inputs[s] for s in starts]
         self._check_prompts(unique_prompts)
+        keys = self._memory_keys(unique_prompts, unique_inputs)
+        p_hat = self.ada_memory.p_hat_many(keys)  # before this step's rewards: ODC's weight must not see them
+        started = time.perf_counter()
+        if self.args.rollout_schedule == "streaming":
+            result, rollouts = self._sample_streaming(unique_prompts, unique_inputs)
+        else:
+            result, rollouts = self._sample_in_rounds(unique_prompts, unique_inputs, self._allocate(p_hat))
+        seconds = time.perf_counter() - started
+        self._update_memory(keys, result.pools)
+        rng = self._downsample_rng()
+        mode = self.args.downsample
+        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.pools]
+        rows = [row for group in kept for row in group]
+        tokens = result.generated_tokens if isinstance(rollouts, _Streamed) else rollouts.completion_tokens
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), tokens, p_hat, seconds)
+        self._pending_extra_logs.update(rollouts.extra_logs(rows))
+        return rollouts.select(rows)
+
+    def _sample_in_rounds(
+        self, prompts: list, inputs: list[dict[str, Any]], sizes: list[int] | None
+    ) -> tuple[SamplingResult, _Rollouts]:
+        """Each round is one call of GRPOTrainer's own `_generate` (transformers, vLLM colocate or vLLM server) on
+        every process, with the same number of rows everywhere, and one call of its `_calculate_rewards`."""
         rollouts = _Rollouts(self.reward_weights)
         parent_generate, parent_rewards = super()._generate, super()._calculate_rewards
 
@@ -122,11 +155,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
             run = self._common_run_length(requests)
             padding = self._max_over_processes(len(rows)) - len(rows)
             rows_padded = rows + [0] * padding  # a process with less to do still joins the collective calls
-            round_prompts = [unique_prompts[i] for i in rows_padded]
+            round_prompts = [prompts[i] for i in rows_padded]
             with self._num_generations_as(run):
                 output = parent_generate(round_prompts)
             self._warn_if_beyond_context(output[0], round_prompts)
-            round_inputs = _merge_extra_fields([unique_inputs[i] for i in rows_padded], output[5])
+            round_inputs = _merge_extra_fields([inputs[i] for i in rows_padded], output[5])
             guard = RewardGuard(self.reward_func_names)
             with self._reward_funcs_as(guard.wrap(self.reward_funcs)):
                 rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
@@ -138,20 +171,127 @@ class ReinforceAdaTrainer(GRPOTrainer):
         def score(requests: list[Request], handles: list[int]) -> list[float]:
             return [rollouts.totals[h] for h in handles]
 
-        keys = self._memory_keys(unique_prompts, unique_inputs)
-        p_hat = self.ada_memory.p_hat_many(keys)  # before this step's rewards: ODC's weight must not see them
-        sizes = self._allocate(p_hat)
-        result = sample_adaptively(
-            len(unique_prompts), self.ada_schedule, generate, score, self._any_process, first_round_sizes=sizes
+        result = sample_adaptively(len(prompts), self.ada_schedule, generate, score, self._any_process, sizes)
+        return result, rollouts
+
+    def _sample_streaming(self, prompts: list, inputs: list[dict[str, Any]]) -> tuple[SamplingResult, _Streamed]:
+        """Stream through the backend (vLLM server, vLLM colocate or transformers continuous batching). Each process
+        streams on its own, with no collective call until the step's generation is over: a failure on one process
+        (a reward, a server that stops answering) aborts its requests, and then stops every process with its
+        error."""
+        prompt_ids, images, _ = self._tokenize_prompts(prompts)
+        self._raise_on_every_process(
+            "rollout_schedule='streaming' does not take image prompts yet; use rollout_schedule='rounds'."
+            if images is not None
+            else None,
+            NotImplementedError,
         )
-        self._update_memory(keys, result.pools)
-        rng = self._downsample_rng()
-        mode = self.args.downsample
-        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.pools]
-        rows = [row for group in kept for row in group]
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), rollouts.completion_tokens, p_hat)
-        self._pending_extra_logs.update(rollouts.extra_logs(rows))
-        return rollouts.select(rows)
+        self._warn_if_beyond_context(prompt_ids, prompts)
+        if self.use_vllm and self.state.global_step != self._last_loaded_step:  # as GRPOTrainer does, once a step
+            self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        parent_rewards = super()._calculate_rewards
+        streamed: _Streamed | None = None
+        failure: BaseException | None = None
+        try:
+            with self._streaming_backend(prompt_ids) as backend:
+                streamed = _Streamed(self.reward_weights, backend)
+
+                def score(requests: list[Request], handles: list[int]) -> list[float]:
+                    completions = [backend.completions[h] for h in handles]
+                    rows = [c.prompt_index for c in completions]
+                    batch_prompts = [prompts[i] for i in rows]
+                    completion_ids = [c.completion_ids for c in completions]
+                    texts = decode_completions(self, batch_prompts, [prompt_ids[i] for i in rows], completion_ids)
+                    guard = RewardGuard(self.reward_func_names)
+                    with self._reward_funcs_as(guard.wrap(self.reward_funcs)), local_reward_gather():
+                        rewards = parent_rewards([inputs[i] for i in rows], batch_prompts, texts, completion_ids)
+                    if guard.failure is not None:
+                        describe = guard.failure.describe(batch_prompts, texts, rows.__getitem__)
+                        raise RewardFunctionError(
+                            f"{describe} (training step {self.state.global_step + 1}). Fix or guard the reward "
+                            "function; return None for a completion it cannot score."
+                        ) from guard.failure.error
+                    return streamed.add(handles, rewards.cpu(), self._pop_extra_logs(len(handles)))
+
+                result = sample(
+                    len(prompts),
+                    self.ada_schedule,
+                    backend,
+                    score,
+                    rollout="streaming",
+                    max_in_flight=self.args.max_in_flight,
+                )
+        except Exception as error:  # raised below on every process, or the others would wait forever
+            failure = error
+        message = None if failure is None else f"{type(failure).__name__}: {failure}"
+        self._raise_on_every_process(message, type(failure) if failure is not None else RuntimeError, failure)
+        parent_generate = super()._generate
+
+        def replay(rows: list[int]) -> tuple:
+            completions = [streamed.backend.completions[r] for r in rows]
+            logprobs = [c.logprobs for c in completions]
+            self._ada_replay = ([c.completion_ids for c in completions], None if None in logprobs else logprobs)
+            output = parent_generate([prompts[c.prompt_index] for c in completions])
+            self._log_streamed_lengths(streamed.backend, prompt_ids, rows)
+            return output
+
+        streamed.replay = replay
+        return result, streamed
+
+    def _log_streamed_lengths(self, backend: TokenBackend, prompt_ids: list[list[int]], kept: list[int]) -> None:
+        """GRPOTrainer's `_generate` just logged completion lengths and counted tokens for the kept rows only; make
+        them cover every completion streamed this step, on every process, as under rounds. Aborted requests are not
+        completions: their tokens are in `ada/aborted_tokens`."""
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        local = [
+            (len(c.completion_ids), bool(c.completion_ids) and c.completion_ids[-1] in eos_and_pad)
+            for c in backend.completions
+        ]
+        kept_set = set(kept)
+        extra_tokens = sum(
+            len(prompt_ids[c.prompt_index]) + len(c.completion_ids)
+            for row, c in enumerate(backend.completions)
+            if row not in kept_set
+        )
+        if self.accelerator.num_processes > 1:
+            local = gather_object(local)
+        extra_tokens = self._sum_over_processes(extra_tokens)
+        self.state.num_input_tokens_seen += extra_tokens
+        self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
+        lengths = [n for n, _ in local]
+        terminated = [n for n, ended in local if ended] or [0]
+        values = {
+            "completions/mean_length": sum(lengths) / len(lengths),
+            "completions/min_length": min(lengths),
+            "completions/max_length": max(lengths),
+            "completions/clipped_ratio": sum(not ended for _, ended in local) / len(local),
+            "completions/mean_terminated_length": sum(terminated) / len(terminated),
+            "completions/min_terminated_length": min(terminated),
+            "completions/max_terminated_length": max(terminated),
+        }
+        for name, value in values.items():
+            self._metrics["train"][name][-1] = float(value)
+
+    @contextmanager
+    def _streaming_backend(self, prompt_ids: list[list[int]]) -> Iterator[TokenBackend]:
+        """The step's streaming backend, one module each (imported on use: vLLM is optional)."""
+        if self.use_vllm and self.args.vllm_mode == "server":
+            from .backends.vllm_server import vllm_server_backend as backend
+        elif self.use_vllm:
+            from .backends.vllm_colocate import vllm_colocate_backend as backend
+        else:
+            from .backends.continuous_batching import continuous_batching_backend as backend
+        with backend(self, prompt_ids) as opened:
+            yield opened
+
+    def _generate_single_turn(self, *args, **kwargs):
+        """Streaming hands its kept completions to GRPOTrainer's `_generate` (decoding, tool masks, metrics) as if
+        the engine had just produced them."""
+        if getattr(self, "_ada_replay", None) is not None:
+            replay, self._ada_replay = self._ada_replay, None
+            return replay
+        return super()._generate_single_turn(*args, **kwargs)
 
     # ------------------------------------------------------------------ pass-rate memory (Reinforce-Ada-Est)
     def _memory_keys(self, prompts: list, inputs: list[dict[str, Any]]) -> list[str]:
@@ -325,12 +465,23 @@ class ReinforceAdaTrainer(GRPOTrainer):
         return advantages.flatten().to(device), weights
 
     def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
-        # One gather for every per-step metric: this process's tally, memory pass rates and pool sizes.
-        local = (Tally.of(step.result.pools, weights.tolist()), step.p_hat, [len(pool) for pool in step.result.pools])
+        # One gather for every per-step metric: this process's tally, memory pass rates, pool sizes and counters.
+        result = step.result
+        counters = (
+            step.completion_tokens,
+            result.aborted_tokens,
+            result.in_flight_max,
+            step.generation_seconds,
+            result.rounds,  # the same on every process under rounds; each process's own under streaming
+        )
+        local = (Tally.of(result.pools, weights.tolist()), step.p_hat, [len(pool) for pool in result.pools], counters)
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         tally = sum((part[0] for part in parts), Tally())
-        metrics = tally.metrics(step.result.rounds)
-        metrics["ada/completion_tokens"] = float(self._sum_over_processes(step.completion_tokens))
+        metrics = tally.metrics(max(part[3][4] for part in parts))
+        metrics["ada/completion_tokens"] = float(sum(part[3][0] for part in parts))
+        metrics["ada/aborted_tokens"] = float(sum(part[3][1] for part in parts))
+        metrics["ada/in_flight_max"] = float(max(part[3][2] for part in parts))
+        metrics["ada/generation_seconds"] = max(part[3][3] for part in parts)
         metrics.update(
             self._memory_metrics([p for part in parts for p in part[1]], [n for part in parts for n in part[2]])
         )
@@ -402,6 +553,7 @@ class _AdaStep:
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     completion_tokens: int  # generated this step on this process, every round, kept or not (padding excluded)
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
+    generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
 
 
 @dataclass
@@ -464,6 +616,35 @@ class _Rollouts:
             none_if_empty["images"],
             none_if_empty["tool_images"] or [],
         )
+
+
+@dataclass
+class _Streamed:
+    """Rewards and logged columns of the completions a streaming backend finished; a handle is a row of
+    `backend.completions`. `select` hands the kept rows to GRPOTrainer's `_generate` through `replay`."""
+
+    reward_weights: torch.Tensor
+    backend: TokenBackend
+    replay: Any = None  # rows -> GRPOTrainer._generate's 8-tuple, set by the trainer once streaming is over
+    rewards: dict[int, torch.Tensor] = field(default_factory=dict)  # per handle: one reward per function
+    logged: dict[str, dict[int, Any]] = field(default_factory=lambda: defaultdict(dict))
+
+    def add(self, handles: list[int], rewards_per_func: torch.Tensor, logged: dict[str, list]) -> list[float]:
+        """Store one scored batch; return the weighted totals the exit rules look at."""
+        for handle, rewards in zip(handles, rewards_per_func, strict=True):
+            self.rewards[handle] = rewards
+        for key, values in logged.items():
+            self.logged[key].update(zip(handles, values, strict=True))
+        return _total_reward(rewards_per_func, self.reward_weights).tolist()
+
+    def rewards_per_func(self, rows: list[int]) -> torch.Tensor:
+        return torch.stack([self.rewards[r] for r in rows])
+
+    def extra_logs(self, rows: list[int]) -> dict[str, list]:
+        return {key: [values.get(r) for r in rows] for key, values in self.logged.items()}
+
+    def select(self, rows: list[int]) -> tuple:
+        return self.replay(rows)
 
 
 def _as_list(reward_funcs: Any) -> list:

@@ -1,0 +1,51 @@
+"""GRPOTrainer's decoding and scoring, usable while streaming.
+
+Streamed completions are scored in small batches on each process, with no collective call: the processes stream
+independently, and a gather per batch would pair up unrelated batches (or wait forever). GRPOTrainer's
+`_calculate_rewards` ends with a gather across processes; `local_reward_gather` turns that one gather into the
+identity for the duration of a call, so the reward functions run exactly as GRPOTrainer runs them (sync and async
+functions, reward models, `log_extra`, `log_metric`), on this process's rows only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import transformers
+import trl.trainer.grpo_trainer as grpo_trainer
+from packaging.version import Version
+from trl.data_utils import is_conversational
+
+
+@contextmanager
+def local_reward_gather() -> Iterator[None]:
+    """Within this context, GRPOTrainer's reward gather returns this process's rewards unchanged."""
+    saved = grpo_trainer.gather
+    grpo_trainer.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo_trainer.gather = saved
+
+
+def decode_completions(
+    trainer: Any, prompts: Sequence[Any], prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]
+) -> list[Any]:
+    """Completions as GRPOTrainer's `_generate` decodes them for the reward functions (text, or an assistant
+    message for conversational prompts, parsed with the tokenizer's response schema when it has one)."""
+    tokenizer = trainer._tokenizer
+    if not is_conversational({"prompt": prompts[0]}):
+        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    has_schema = (
+        getattr(tokenizer, "response_template", None) is not None
+        or getattr(tokenizer, "response_schema", None) is not None
+    )
+    if Version(transformers.__version__) >= Version("5.0.0") and has_schema:
+        return [
+            [grpo_trainer.parse_response(tokenizer, ids, prefix=prefix, tools=trainer.tools)]
+            for ids, prefix in zip(completion_ids, prompt_ids, strict=True)
+        ]
+    contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    return [[{"role": "assistant", "content": content}] for content in contents]
