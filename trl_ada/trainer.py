@@ -100,6 +100,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 f"vllm_server_host / vllm_server_port). The trainer waits vllm_server_timeout="
                 f"{args.vllm_server_timeout} s for it; raise that if the server is still loading the model."
             ) from error
+        if args.rollout_schedule == "streaming" and self.is_deepspeed_enabled:
+            zero_stage = self.accelerator.state.deepspeed_plugin.zero_stage
+            if zero_stage == 3 and any(isinstance(func, torch.nn.Module) for func in self.reward_funcs):
+                raise NotImplementedError(
+                    "rollout_schedule='streaming' scores each process's completions without collective calls, but a "
+                    "reward model's forward pass under DeepSpeed ZeRO-3 is collective. Use rollout_schedule='rounds', "
+                    "a reward function, or ZeRO-2."
+                )
         self.ada_schedule = args.schedule()
         self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
         columns = getattr(self.train_dataset, "column_names", None)
