@@ -123,11 +123,12 @@ def timed_trainers(clock: SectionClock) -> tuple[type, type]:
 def timed_internals(clock: SectionClock) -> Iterator[None]:
     """Time the engine and advantage functions where the trainer looks them up, restoring them afterwards."""
     from trl_ada import trainer as module
+    from trl_ada.backends import rounds
 
-    patches = [(module, name, "engine") for name in ("sample_adaptively", "downsample")]
+    patches = [(rounds, "sample", "engine"), (module, "downsample", "engine")]
     advantages = ("nan_mean_std", "difficulty_weights", "normalized_advantages")
     patches += [(module, name, "advantages") for name in advantages]
-    patches += [(module.Tally, "metrics", "engine"), (module._Rollouts, "add", "trainer bookkeeping")]
+    patches += [(module.Tally, "metrics", "engine"), (rounds.Rollouts, "add", "trainer bookkeeping")]
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     saved.append((module.Tally, "of", module.Tally.__dict__["of"]))
     try:

@@ -201,8 +201,9 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
 @pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
     from trl_ada import engine, trainer
+    from trl_ada.backends import rounds
 
-    originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": trainer._Rollouts.add}
+    originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": rounds.Rollouts.add}
     argv = ["--steps", "2", "--repeats", "1", "--threads", "1", "--model-dir", str(toy_cold_dir)]
     report = overhead.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     ada, grpo = report["results"]["Ada-balanced"], report["results"]["GRPO n=4"]
@@ -213,7 +214,7 @@ def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_d
     assert grpo["ms_per_step"]["generation"] > 0 and grpo["ms_per_step"]["loss forward + backward"] > 0
     assert report["ada_over_grpo_step_time"] == pytest.approx(ada["step_seconds"] / grpo["step_seconds"])
     # The patched names are back to the originals.
-    assert trainer.sample_adaptively is engine.sample_adaptively and trainer.downsample is engine.downsample
+    assert rounds.sample is engine.sample and trainer.downsample is engine.downsample
     assert engine.Tally.__dict__["of"] is originals["of"] and engine.Tally.metrics is originals["metrics"]
-    assert trainer._Rollouts.add is originals["add"]
+    assert rounds.Rollouts.add is originals["add"]
     assert "ours / Ada step time" in (tmp_path / "tiny.md").read_text()

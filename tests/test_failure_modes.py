@@ -454,15 +454,16 @@ def test_cli_bad_input_fails_with_the_cause_and_no_traceback(toy_cold_dir, tmp_p
 @pytest.mark.slow
 def test_pools_hold_row_numbers_and_rollouts_hold_token_ids_and_text(toy_cold_dir, tmp_path, monkeypatch):
     from trl_ada import trainer as trainer_module
+    from trl_ada.backends.rounds import Rollouts
 
     seen = []
-    select = trainer_module._Rollouts.select
+    select = Rollouts.select
 
     def spy_select(self, rows):
         seen.append(self)
         return select(self, rows)
 
-    monkeypatch.setattr(trainer_module._Rollouts, "select", spy_select)
+    monkeypatch.setattr(Rollouts, "select", spy_select)
     steps, ada_step = [], trainer_module._AdaStep
     monkeypatch.setattr(trainer_module, "_AdaStep", lambda *args: steps.append(args) or ada_step(*args))
     train_one_step(toy_cold_dir, tmp_path, scripted({"a": [0.0], "b": [0.0]}))  # every prompt draws all 32

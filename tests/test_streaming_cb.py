@@ -6,7 +6,7 @@ import torch
 from test_trainer import ada_logs, bernoulli_reward, keyed_dataset, make_trainer
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-import trl_ada.trainer as trainer_module
+import trl_ada.backends.streaming as streaming_module
 from trl_ada import ReinforceAdaConfig
 from trl_ada.engine import Schedule, posterior_round_size
 
@@ -39,7 +39,7 @@ class CancelSpy:
         cancel, get_result, sample = (
             ContinuousBatchingManager.cancel_request,
             ContinuousBatchingManager.get_result,
-            (trainer_module.sample),
+            (streaming_module.sample),
         )
 
         def spy_cancel(manager, request_id):
@@ -59,7 +59,7 @@ class CancelSpy:
 
         monkeypatch.setattr(ContinuousBatchingManager, "cancel_request", spy_cancel)
         monkeypatch.setattr(ContinuousBatchingManager, "get_result", spy_get_result)
-        monkeypatch.setattr(trainer_module, "sample", spy_sample)
+        monkeypatch.setattr(streaming_module, "sample", spy_sample)
 
 
 @pytest.mark.parametrize("round_sizing", ["fixed", "posterior"])

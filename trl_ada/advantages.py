@@ -95,3 +95,9 @@ def odc_weights(p_hat: torch.Tensor | list[float], max_weight: float = 4.0) -> t
     """
     p_hat = torch.as_tensor(p_hat, dtype=p_hat.dtype if isinstance(p_hat, torch.Tensor) else torch.float64)
     return difficulty_weights(p_hat, "inv_p", max_weight)
+
+
+def total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted sum over reward functions; NaN when no function could score the completion (as in TRL)."""
+    total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))

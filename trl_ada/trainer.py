@@ -4,10 +4,9 @@ import os
 import random
 import textwrap
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,13 +16,14 @@ from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import difficulty_weights, nan_mean_std, normalized_advantages, odc_weights
+from .advantages import difficulty_weights, nan_mean_std, normalized_advantages, odc_weights, total_reward
 from .allocation import allocate
 from .backends.base import TokenBackend
-from .backends.scoring import decode_completions, local_reward_gather
+from .backends.rounds import sample_in_rounds
+from .backends.streaming import sample_streaming
 from .checks import RewardFunctionError, RewardGuard, check_reward_columns, excerpt
 from .config import ReinforceAdaConfig
-from .engine import Pool, Request, SamplingResult, Tally, downsample, sample, sample_adaptively
+from .engine import Pool, Request, SamplingResult, Tally, downsample
 from .memory import prompt_key, prompt_text_key
 
 logger = logging.get_logger(__name__)
@@ -134,152 +134,22 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self._check_prompts(unique_prompts)
         keys = self._memory_keys(unique_prompts, unique_inputs)
         p_hat = self.ada_memory.p_hat_many(keys)  # before this step's rewards: ODC's weight must not see them
+        parents = (super()._generate, super()._calculate_rewards)
         started = time.perf_counter()
         if self.args.rollout_schedule == "streaming":
-            result, rollouts = self._sample_streaming(unique_prompts, unique_inputs)
+            result, rollouts = sample_streaming(self, unique_prompts, unique_inputs, *parents)
         else:
-            result, rollouts = self._sample_in_rounds(unique_prompts, unique_inputs, self._allocate(p_hat))
+            sizes = self._allocate(p_hat)
+            result, rollouts = sample_in_rounds(self, unique_prompts, unique_inputs, sizes, *parents)
         seconds = time.perf_counter() - started
         self._update_memory(keys, result.pools)
         rng = self._downsample_rng()
         mode = self.args.downsample
         kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.pools]
         rows = [row for group in kept for row in group]
-        tokens = result.generated_tokens if isinstance(rollouts, _Streamed) else rollouts.completion_tokens
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), tokens, p_hat, seconds)
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds)
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
-
-    def _sample_in_rounds(
-        self, prompts: list, inputs: list[dict[str, Any]], sizes: list[int] | None
-    ) -> tuple[SamplingResult, _Rollouts]:
-        """Each round is one call of GRPOTrainer's own `_generate` (transformers, vLLM colocate or vLLM server) on
-        every process, with the same number of rows everywhere, and one call of its `_calculate_rewards`."""
-        rollouts = _Rollouts(self.reward_weights)
-        parent_generate, parent_rewards = super()._generate, super()._calculate_rewards
-
-        def generate(requests: list[Request]) -> list[int]:
-            rows = [r.prompt_index for r in requests for _ in range(r.num_samples)]
-            run = self._common_run_length(requests)
-            padding = self._max_over_processes(len(rows)) - len(rows)
-            rows_padded = rows + [0] * padding  # a process with less to do still joins the collective calls
-            round_prompts = [prompts[i] for i in rows_padded]
-            with self._num_generations_as(run):
-                output = parent_generate(round_prompts)
-            self._warn_if_beyond_context(output[0], round_prompts)
-            round_inputs = _merge_extra_fields([inputs[i] for i in rows_padded], output[5])
-            guard = RewardGuard(self.reward_func_names)
-            with self._reward_funcs_as(guard.wrap(self.reward_funcs)):
-                rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
-            self._raise_if_any_reward_failed(guard, round_prompts, output[3], rows_padded)
-            first = self.accelerator.process_index * len(rows_padded)  # the rewards come back gathered
-            rewards = rewards[first : first + len(rows_padded)]
-            return rollouts.add(output, rewards, self._pop_extra_logs(len(rows_padded)), keep=len(rows))
-
-        def score(requests: list[Request], handles: list[int]) -> list[float]:
-            return [rollouts.totals[h] for h in handles]
-
-        result = sample_adaptively(len(prompts), self.ada_schedule, generate, score, self._any_process, sizes)
-        return result, rollouts
-
-    def _sample_streaming(self, prompts: list, inputs: list[dict[str, Any]]) -> tuple[SamplingResult, _Streamed]:
-        """Stream through the backend (vLLM server, vLLM colocate or transformers continuous batching). Each process
-        streams on its own, with no collective call until the step's generation is over: a failure on one process
-        (a reward, a server that stops answering) aborts its requests, and then stops every process with its
-        error."""
-        prompt_ids, images, _ = self._tokenize_prompts(prompts)
-        self._raise_on_every_process(
-            "rollout_schedule='streaming' does not take image prompts yet; use rollout_schedule='rounds'."
-            if images is not None
-            else None,
-            NotImplementedError,
-        )
-        self._warn_if_beyond_context(prompt_ids, prompts)
-        if self.use_vllm and self.state.global_step != self._last_loaded_step:  # as GRPOTrainer does, once a step
-            self.vllm_generation.sync_weights()
-            self._last_loaded_step = self.state.global_step
-        parent_rewards = super()._calculate_rewards
-        streamed: _Streamed | None = None
-        failure: BaseException | None = None
-        try:
-            with self._streaming_backend(prompt_ids) as backend:
-                streamed = _Streamed(self.reward_weights, backend)
-
-                def score(requests: list[Request], handles: list[int]) -> list[float]:
-                    completions = [backend.completions[h] for h in handles]
-                    rows = [c.prompt_index for c in completions]
-                    batch_prompts = [prompts[i] for i in rows]
-                    completion_ids = [c.completion_ids for c in completions]
-                    texts = decode_completions(self, batch_prompts, [prompt_ids[i] for i in rows], completion_ids)
-                    guard = RewardGuard(self.reward_func_names)
-                    with self._reward_funcs_as(guard.wrap(self.reward_funcs)), local_reward_gather():
-                        rewards = parent_rewards([inputs[i] for i in rows], batch_prompts, texts, completion_ids)
-                    if guard.failure is not None:
-                        describe = guard.failure.describe(batch_prompts, texts, rows.__getitem__)
-                        raise RewardFunctionError(
-                            f"{describe} (training step {self.state.global_step + 1}). Fix or guard the reward "
-                            "function; return None for a completion it cannot score."
-                        ) from guard.failure.error
-                    return streamed.add(handles, rewards.cpu(), self._pop_extra_logs(len(handles)))
-
-                result = sample(
-                    len(prompts),
-                    self.ada_schedule,
-                    backend,
-                    score,
-                    rollout="streaming",
-                    max_in_flight=self.args.max_in_flight,
-                )
-        except Exception as error:  # raised below on every process, or the others would wait forever
-            failure = error
-        message = None if failure is None else f"{type(failure).__name__}: {failure}"
-        self._raise_on_every_process(message, type(failure) if failure is not None else RuntimeError, failure)
-        parent_generate = super()._generate
-
-        def replay(rows: list[int]) -> tuple:
-            completions = [streamed.backend.completions[r] for r in rows]
-            logprobs = [c.logprobs for c in completions]
-            self._ada_replay = ([c.completion_ids for c in completions], None if None in logprobs else logprobs)
-            output = parent_generate([prompts[c.prompt_index] for c in completions])
-            self._log_streamed_lengths(streamed.backend, prompt_ids, rows)
-            return output
-
-        streamed.replay = replay
-        return result, streamed
-
-    def _log_streamed_lengths(self, backend: TokenBackend, prompt_ids: list[list[int]], kept: list[int]) -> None:
-        """GRPOTrainer's `_generate` just logged completion lengths and counted tokens for the kept rows only; make
-        them cover every completion streamed this step, on every process, as under rounds. Aborted requests are not
-        completions: their tokens are in `ada/aborted_tokens`."""
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-        local = [
-            (len(c.completion_ids), bool(c.completion_ids) and c.completion_ids[-1] in eos_and_pad)
-            for c in backend.completions
-        ]
-        kept_set = set(kept)
-        extra_tokens = sum(
-            len(prompt_ids[c.prompt_index]) + len(c.completion_ids)
-            for row, c in enumerate(backend.completions)
-            if row not in kept_set
-        )
-        if self.accelerator.num_processes > 1:
-            local = gather_object(local)
-        extra_tokens = self._sum_over_processes(extra_tokens)
-        self.state.num_input_tokens_seen += extra_tokens
-        self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
-        lengths = [n for n, _ in local]
-        terminated = [n for n, ended in local if ended] or [0]
-        values = {
-            "completions/mean_length": sum(lengths) / len(lengths),
-            "completions/min_length": min(lengths),
-            "completions/max_length": max(lengths),
-            "completions/clipped_ratio": sum(not ended for _, ended in local) / len(local),
-            "completions/mean_terminated_length": sum(terminated) / len(terminated),
-            "completions/min_terminated_length": min(terminated),
-            "completions/max_terminated_length": max(terminated),
-        }
-        for name, value in values.items():
-            self._metrics["train"][name][-1] = float(value)
 
     @contextmanager
     def _streaming_backend(self, prompt_ids: list[list[int]]) -> Iterator[TokenBackend]:
@@ -449,7 +319,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def _pool_advantages(self, step: _AdaStep) -> tuple[torch.Tensor, torch.Tensor]:
         device = self.accelerator.device
-        kept = _total_reward(step.kept_rewards_per_func, self.reward_weights).view(-1, self.num_generations)
+        kept = total_reward(step.kept_rewards_per_func, self.reward_weights).view(-1, self.num_generations)
         if self.args.advantage_baseline == "pool":
             budget = self.ada_schedule.budget
             reference = torch.tensor(
@@ -476,7 +346,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         # One gather for every per-step metric: this process's tally, memory pass rates, pool sizes and counters.
         result = step.result
         counters = (
-            step.completion_tokens,
+            step.result.generated_tokens,
             result.aborted_tokens,
             result.in_flight_max,
             step.generation_seconds,
@@ -559,112 +429,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
 class _AdaStep:
     result: SamplingResult
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
-    completion_tokens: int  # generated this step on this process, every round, kept or not (padding excluded)
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
     generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
-
-
-@dataclass
-class _Rollouts:
-    """What GRPOTrainer._generate returned, concatenated over rounds. A completion's handle is its row number."""
-
-    reward_weights: torch.Tensor
-    columns: dict[str, list] = field(default_factory=lambda: defaultdict(list))
-    extra_fields: dict[str, list] = field(default_factory=lambda: defaultdict(list))
-    logged: dict[str, list] = field(default_factory=lambda: defaultdict(list))
-    rewards: list[torch.Tensor] = field(default_factory=list)  # per row: one reward per function
-    totals: list[float] = field(default_factory=list)  # per row: the weighted sum the exit rules look at
-    size: int = 0
-    completion_tokens: int = 0  # over every stored row; model tokens only when a tool/env mask says which they are
-
-    _NAMES = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")
-
-    def add(self, output: tuple, rewards_per_func: torch.Tensor, logged: dict[str, list], keep: int) -> list[int]:
-        """Store the first `keep` rows of one round (the rest is padding) and return their handles."""
-        *columns, extra_fields, images, tool_images = output
-        completion_ids, tool_mask = columns[1][:keep], columns[2]
-        if tool_mask is not None:  # as GRPOTrainer counts completion lengths
-            self.completion_tokens += sum(sum(mask) for mask in tool_mask[:keep])
-        else:
-            self.completion_tokens += sum(len(ids) for ids in completion_ids)
-        columns = (*columns, images, tool_images or None)
-        for name, column in zip((*self._NAMES, "images", "tool_images"), columns, strict=True):
-            self.columns[name].extend(column[:keep] if column is not None else [None] * keep)
-        total_rows = len(rewards_per_func)
-        for key, values in extra_fields.items():
-            per_row = isinstance(values, list) and len(values) == total_rows
-            self.extra_fields[key].extend(values[:keep] if per_row else [values] * keep)
-        for key, values in logged.items():
-            self.logged[key].extend(values[:keep])
-        kept = rewards_per_func[:keep].cpu()
-        self.rewards.extend(kept)
-        self.totals.extend(_total_reward(kept, self.reward_weights).tolist())
-        handles = list(range(self.size, self.size + keep))
-        self.size += keep
-        return handles
-
-    def rewards_per_func(self, rows: list[int]) -> torch.Tensor:
-        return torch.stack([self.rewards[r] for r in rows])
-
-    def extra_logs(self, rows: list[int]) -> dict[str, list]:
-        return {key: [values[r] for r in rows] for key, values in self.logged.items()}
-
-    def select(self, rows: list[int]) -> tuple:
-        """The 8-tuple GRPOTrainer._generate returns, for the given rows."""
-        picked = {name: [column[r] for r in rows] for name, column in self.columns.items()}
-        none_if_empty = {name: None if all(v is None for v in values) else values for name, values in picked.items()}
-        extra_fields = {key: [values[r] for r in rows] for key, values in self.extra_fields.items()}
-        return (
-            picked["prompt_ids"],
-            picked["completion_ids"],
-            none_if_empty["tool_mask"],
-            picked["completions"],
-            none_if_empty["logprobs"],
-            extra_fields,
-            none_if_empty["images"],
-            none_if_empty["tool_images"] or [],
-        )
-
-
-@dataclass
-class _Streamed:
-    """Rewards and logged columns of the completions a streaming backend finished; a handle is a row of
-    `backend.completions`. `select` hands the kept rows to GRPOTrainer's `_generate` through `replay`."""
-
-    reward_weights: torch.Tensor
-    backend: TokenBackend
-    replay: Any = None  # rows -> GRPOTrainer._generate's 8-tuple, set by the trainer once streaming is over
-    rewards: dict[int, torch.Tensor] = field(default_factory=dict)  # per handle: one reward per function
-    logged: dict[str, dict[int, Any]] = field(default_factory=lambda: defaultdict(dict))
-
-    def add(self, handles: list[int], rewards_per_func: torch.Tensor, logged: dict[str, list]) -> list[float]:
-        """Store one scored batch; return the weighted totals the exit rules look at."""
-        for handle, rewards in zip(handles, rewards_per_func, strict=True):
-            self.rewards[handle] = rewards
-        for key, values in logged.items():
-            self.logged[key].update(zip(handles, values, strict=True))
-        return _total_reward(rewards_per_func, self.reward_weights).tolist()
-
-    def rewards_per_func(self, rows: list[int]) -> torch.Tensor:
-        return torch.stack([self.rewards[r] for r in rows])
-
-    def extra_logs(self, rows: list[int]) -> dict[str, list]:
-        return {key: [values.get(r) for r in rows] for key, values in self.logged.items()}
-
-    def select(self, rows: list[int]) -> tuple:
-        return self.replay(rows)
 
 
 def _as_list(reward_funcs: Any) -> list:
     if reward_funcs is None:
         return []
     return list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-
-
-def _total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Weighted sum over reward functions; NaN when no function could score the completion (as in TRL)."""
-    total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
 
 
 def _group_starts(prompts: list, group_size: int) -> list[int]:
@@ -676,16 +448,3 @@ def _group_starts(prompts: list, group_size: int) -> list[int]:
         if any(prompts[start + j] != prompts[start] for j in range(1, group_size)):
             raise ValueError(f"Rows {start}..{start + group_size - 1} are not one prompt repeated {group_size} times.")
     return starts
-
-
-def _merge_extra_fields(inputs: list[dict], extra_fields: dict) -> list[dict]:
-    """Add fields returned by a `rollout_func` to the reward inputs, as GRPOTrainer does before scoring."""
-    if not extra_fields:
-        return inputs
-    merged = []
-    for i, row in enumerate(inputs):
-        row = dict(row)
-        for key, values in extra_fields.items():
-            row[key] = values[i] if isinstance(values, list) and i < len(values) else values
-        merged.append(row)
-    return merged
