@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from trl.models import unwrap_model_for_generation
 
+from ..compat import unwrap_model_for_generation
 from ..engine import Draw, Finished
 from .base import TokenBackend
 
@@ -91,12 +91,7 @@ def continuous_batching_backend(trainer: Any, prompt_ids: Sequence[list[int]]) -
     started manager; stopped and destroyed on exit."""
     args = trainer.args
     with (
-        unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gather_deepspeed3_params=args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
-        ) as model,
+        unwrap_model_for_generation(trainer) as model,
         torch.no_grad(),
         trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
     ):

@@ -18,6 +18,8 @@ import trl.trainer.grpo_trainer as grpo_trainer
 from packaging.version import Version
 from trl.data_utils import is_conversational
 
+from ..compat import parse_response
+
 
 @contextmanager
 def local_reward_gather() -> Iterator[None]:
@@ -44,7 +46,7 @@ def decode_completions(
     )
     if Version(transformers.__version__) >= Version("5.0.0") and has_schema:
         return [
-            [grpo_trainer.parse_response(tokenizer, ids, prefix=prefix, tools=trainer.tools)]
+            [parse_response(tokenizer, ids, prefix, trainer.tools)]
             for ids, prefix in zip(completion_ids, prompt_ids, strict=True)
         ]
     contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)

@@ -14,6 +14,7 @@ from accelerate.utils import gather_object
 
 from ..advantages import total_reward
 from ..checks import RewardFunctionError, RewardGuard
+from ..compat import eos_token_ids
 from ..engine import Request, SamplingResult, sample
 from .base import TokenBackend
 from .scoring import decode_completions, local_reward_gather
@@ -93,7 +94,7 @@ def log_streamed_lengths(trainer: Any, backend: TokenBackend, prompt_ids: list[l
     """GRPOTrainer's `_generate` just logged completion lengths and counted tokens for the kept rows only; make
     them cover every completion streamed this step, on every process, as under rounds. Aborted requests are not
     completions: their tokens are in `ada/aborted_tokens`."""
-    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
     local = [
         (len(c.completion_ids), bool(c.completion_ids) and c.completion_ids[-1] in eos_and_pad)
         for c in backend.completions
