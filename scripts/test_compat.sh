@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# `make test-compat`: the tests that touch TRL's seams (the GRPOTrainer methods ReinforceAdaTrainer overrides or
+# calls) against each supported TRL release, each in its own venv, cached under $COMPAT_DIR; optionally against a
+# TRL source tree too, as an early warning for the next release.
+#
+# Usage:  scripts/test_compat.sh [ENTRY...]
+#   ENTRY  a TRL version (1.15.0): that release, with the newest transformers pip resolves for it; or
+#          VERSION:TRANSFORMERS (1.16.0:5.17.0): that release with that transformers.
+#          Default: $COMPAT_RELEASES.
+# Settings, as environment variables:
+#   TRL_SRC       a TRL checkout (a folder holding its pyproject.toml): also run against it, installed editable over
+#                 the newest release's dependencies (so a TRL newer than setup.cfg's range still installs).
+#   COMPAT_DIR    .compat                 where the venvs, logs and results.md live (gitignored)
+#   COMPAT_TESTS  the test files below
+#   TORCH         torch==2.13.0           installed first in each venv (the CPU wheel on the project's machines)
+#   PYTHON        python3                 the interpreter the venvs are made from
+# A venv is rebuilt when its entry or setup.cfg changed; delete $COMPAT_DIR to rebuild them all.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 2
+COMPAT_RELEASES=${COMPAT_RELEASES:-"1.14.0 1.14.2 1.15.0 1.16.0 1.16.0:5.17.0"}
+COMPAT_DIR=${COMPAT_DIR:-.compat}
+TORCH=${TORCH-torch==2.13.0}
+PYTHON=${PYTHON:-python3}
+TRL_SRC=${TRL_SRC:-}
+# The tests that run GRPOTrainer's code through our overrides: real training steps (rounds, Est, streaming through
+# transformers continuous batching), the failure modes, several processes, checkpoint resume, the CLI and its
+# recipes (ReinforceAdaConfig is a GRPOConfig), the trackers, and the GPU check's CPU mode.
+COMPAT_TESTS=${COMPAT_TESTS:-"tests/test_config.py tests/test_recipes.py tests/test_trainer.py tests/test_trainer_est.py
+tests/test_streaming_cb.py tests/test_failure_modes.py tests/test_integrations.py tests/test_multiprocess.py
+tests/test_multiprocess_est.py tests/test_multiprocess_faults.py tests/test_resume.py tests/test_resume_est.py
+tests/test_train_cli.py tests/test_gpu_check.py"}
+
+entries=("$@")
+[[ ${#entries[@]} -gt 0 ]] || read -ra entries <<<"$COMPAT_RELEASES"
+[[ -n $TRL_SRC ]] && entries+=("src")
+mkdir -p "$COMPAT_DIR"
+results="$COMPAT_DIR/results.md"
+echo "| TRL | transformers | tests | result | seconds |" >"$results"
+echo "|---|---|---|---|---|" >>"$results"
+setup_hash=$(sha256sum setup.cfg | cut -c1-16)
+failed=0
+
+# make_venv DIR SPEC: (re)build the venv at DIR for SPEC unless its stamp says it holds SPEC already.
+make_venv() {
+    local dir=$1 spec=$2
+    local stamp="$dir/.compat-stamp"
+    if [[ -f $stamp && "$(cat "$stamp")" == "$spec $setup_hash" ]]; then
+        return 0
+    fi
+    echo "test_compat: building $dir ($spec)"
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir" || return 1
+    local pip=("$dir/bin/python" -m pip install --quiet)
+    "${pip[@]}" --upgrade pip || return 1
+    if [[ -n $TORCH ]]; then "${pip[@]}" "$TORCH" || return 1; fi
+    if [[ $spec == src=* ]]; then
+        # Our dependencies first (with the newest supported TRL), then the source tree over them: its version may
+        # lie outside setup.cfg's range, which pip reports and installs anyway.
+        "${pip[@]}" -e ".[test]" || return 1
+        "${pip[@]}" -e "${spec#src=}" || return 1
+    else
+        local trl=${spec%%:*} transformers=""
+        [[ $spec == *:* ]] && transformers=${spec#*:}
+        "${pip[@]}" -e ".[test]" "trl==$trl" ${transformers:+"transformers==$transformers"} || return 1
+    fi
+    echo "$spec $setup_hash" >"$stamp"
+}
+
+for entry in "${entries[@]}"; do
+    if [[ $entry == src ]]; then
+        [[ -f $TRL_SRC/pyproject.toml || -f $TRL_SRC/setup.py ]] || {
+            echo "test_compat: TRL_SRC=$TRL_SRC holds no pyproject.toml or setup.py" >&2
+            exit 2
+        }
+        name=trl-src spec="src=$(cd "$TRL_SRC" && pwd)"
+    else
+        name="trl-${entry/:/-transformers-}" spec=$entry
+    fi
+    dir="$COMPAT_DIR/$name"
+    log="$COMPAT_DIR/$name.log"
+    if ! make_venv "$dir" "$spec" >"$COMPAT_DIR/$name.install.log" 2>&1; then
+        echo "test_compat: $name: the venv did not build; see $COMPAT_DIR/$name.install.log" >&2
+        tail -5 "$COMPAT_DIR/$name.install.log" >&2
+        echo "| $entry | - | - | venv did not build | - |" >>"$results"
+        failed=1
+        continue
+    fi
+    versions=$("$dir/bin/python" -c "import importlib.metadata as m; print(m.version('trl'), m.version('transformers'))")
+    read -r trl_version transformers_version <<<"$versions"
+    echo "== TRL $trl_version, transformers $transformers_version ($dir) =="
+    started=$(date +%s)
+    # shellcheck disable=SC2086  # COMPAT_TESTS is a list of paths
+    OMP_NUM_THREADS=1 "$dir/bin/python" -m pytest -q -p no:cacheprovider $COMPAT_TESTS >"$log" 2>&1
+    rc=$?
+    seconds=$(($(date +%s) - started))
+    summary=$(tail -1 "$log" | sed -E 's/^=+ //; s/ =+$//') # pytest's closing line
+    echo "   $summary ($seconds s; log: $log)"
+    if [[ $rc -ne 0 ]]; then
+        failed=1
+        grep -E '^(FAILED|ERROR) ' "$log" | head -20
+    fi
+    echo "| $trl_version | $transformers_version | $(echo "$COMPAT_TESTS" | wc -w) files | $summary | $seconds |" >>"$results"
+done
+
+echo
+cat "$results"
+exit $failed
