@@ -1,0 +1,114 @@
+"""The seams trl-ada relies on, checked against the installed TRL (`make test-compat` runs this under each release).
+
+A failure here names the seam that moved, before the training tests fail somewhere downstream of it."""
+
+import inspect
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import trl.trainer.grpo_trainer as grpo_trainer
+from packaging.version import Version
+from trl import GRPOTrainer
+
+from trl_ada import compat
+
+
+def parameters(function):
+    return list(inspect.signature(function).parameters)
+
+
+def test_overridden_and_called_methods_have_the_signatures_trl_ada_assumes():
+    assert parameters(GRPOTrainer._generate) == ["self", "prompts"]
+    assert parameters(GRPOTrainer._calculate_rewards) == [
+        "self",
+        "inputs",
+        "prompts",
+        "completions",
+        "completion_ids_list",
+    ]
+    assert parameters(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    assert parameters(GRPOTrainer._tokenize_prompts) == ["self", "prompts"]
+    # 1.14.0 reads the run length from self.num_generations; 1.14.1 on take it as an argument, which _generate fills
+    # from self.num_generations. ReinforceAdaTrainer sets that attribute per round and passes the rest through.
+    run_length = [] if compat.TRL_VERSION < Version("1.14.1") else ["num_generations"]
+    assert parameters(GRPOTrainer._generate_single_turn) == [
+        *["self", "prompt_ids", "images", "multimodal_fields"],
+        *run_length,
+        "has_tool_images",
+    ]
+    # Streaming makes this module-level gather local while it scores, and decodes with parse_response
+    assert "gather(rewards_per_func)" in inspect.getsource(GRPOTrainer._calculate_rewards)
+    assert callable(grpo_trainer.gather) and callable(grpo_trainer.parse_response)
+
+
+def test_the_differences_compat_adapts_are_where_the_sources_put_them():
+    at_least_1_16 = compat.TRL_VERSION >= Version("1.16.0")
+    assert compat._UNWRAP_TAKES_CHECKPOINTING_KWARGS == at_least_1_16
+    assert compat._PARSE_RESPONSE_TAKES_TOOLS == at_least_1_16
+    has_eos_ids = "self.eos_token_ids = " in inspect.getsource(GRPOTrainer.__init__)
+    assert has_eos_ids == (compat.TRL_VERSION >= Version("1.14.2"))
+
+
+def test_eos_token_ids_as_the_installed_trainer_counts_them():
+    tokenizer = SimpleNamespace(eos_token_id=7)
+    assert compat.eos_token_ids(SimpleNamespace(_tokenizer=tokenizer)) == [7]  # TRL < 1.14.2
+    assert compat.eos_token_ids(SimpleNamespace(_tokenizer=tokenizer, eos_token_ids=[7, 9])) == [7, 9]
+
+
+@pytest.mark.parametrize("takes_tools", [True, False])
+def test_parse_response_passes_tools_only_where_trl_takes_them(monkeypatch, takes_tools):
+    calls = []
+    monkeypatch.setattr(compat, "_PARSE_RESPONSE_TAKES_TOOLS", takes_tools)
+    monkeypatch.setattr(grpo_trainer, "parse_response", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
+    compat.parse_response("tokenizer", [1, 2], [0], ["tool"])
+    expected = {"prefix": [0], "tools": ["tool"]} if takes_tools else {"prefix": [0]}
+    assert calls == [(("tokenizer", [1, 2]), expected)]
+
+
+@pytest.mark.parametrize("takes_kwargs", [True, False])
+def test_unwrap_passes_checkpointing_kwargs_only_where_trl_takes_them(monkeypatch, takes_kwargs):
+    import trl.models
+
+    calls = []
+    monkeypatch.setattr(compat, "_UNWRAP_TAKES_CHECKPOINTING_KWARGS", takes_kwargs)
+    monkeypatch.setattr(trl.models, "unwrap_model_for_generation", lambda *a, **k: calls.append((a, k)))
+    args = SimpleNamespace(ds3_gather_for_generation=True, gradient_checkpointing_kwargs={"use_reentrant": False})
+    compat.unwrap_model_for_generation(SimpleNamespace(args=args, model_wrapped="model", accelerator="accelerator"))
+    expected = {"gather_deepspeed3_params": True}
+    if takes_kwargs:
+        expected["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    assert calls == [(("model", "accelerator"), expected)]
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("1.13.0", False),
+        ("1.14.0", True),
+        ("1.15.0", True),
+        ("1.16.9", True),
+        ("1.17.0.dev0", False),
+        ("1.17.0", False),
+    ],
+)
+def test_a_trl_outside_the_tested_range_warns(version, supported):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert compat.check_trl_version(Version(version)) == supported
+    assert (len(caught) == 0) == supported
+    if not supported:
+        assert f"TRL {version} is installed" in str(caught[0].message)
+
+
+def test_the_range_is_the_one_setup_cfg_installs():
+    import configparser
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    requires = [Requirement(line) for line in config["options"]["install_requires"].splitlines() if line.strip()]
+    assert [r.specifier for r in requires if r.name == "trl"] == [compat.SUPPORTED_TRL]
+    assert compat.check_trl_version()  # the installed TRL is one of them
