@@ -2,6 +2,7 @@
 
 import math
 import random
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -106,9 +107,16 @@ def scripted(toy_cold_dir, tmp_path):
     return run
 
 
+def logged_key(prompt):
+    """The key of a prompt in TRL's completions table: TRL >= 1.15 logs the messages, 1.14 the decoded chat text
+    (`"user\nb?\nassistant\n"`)."""
+    text = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+    return re.search(r"(\w+)\?", text).group(1)
+
+
 def kept_rows(trainer):
     """(key, reward, advantage) of every row handed to the loss, from the completions table TRL keeps."""
-    prompts = [p[-1]["content"].rstrip("?") for p in trainer._logs["prompt"]]
+    prompts = [logged_key(p) for p in trainer._logs["prompt"]]
     rewards = list(trainer._logs["rewards"]["scripted_reward"])
     return list(zip(prompts, rewards, trainer._logs["advantages"], strict=True))
 

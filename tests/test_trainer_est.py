@@ -4,7 +4,7 @@ import math
 from collections import defaultdict
 
 import pytest
-from test_trainer import keyed_dataset, make_trainer
+from test_trainer import keyed_dataset, logged_key, make_trainer
 from transformers import HfArgumentParser
 
 from trl_ada import ReinforceAdaConfig
@@ -105,7 +105,7 @@ def test_odc_weights_come_from_the_memory_before_the_update(toy_cold_dir, tmp_pa
     # b's kept rows: advantage = 5 capped to 4, times (r - pool mean 4/7); uniform downsample keeps 4 of its 7.
     logs = trainer._logs
     rows = zip(logs["prompt"], logs["rewards"]["scripted_reward"], logs["advantages"], strict=True)
-    b_rows = [(r, a) for p, r, a in rows if p[-1]["content"] == "b?"]
+    b_rows = [(r, a) for p, r, a in rows if logged_key(p) == "b"]
     assert len(b_rows) == 4
     for r, a in b_rows:
         assert a == pytest.approx(4.0 * (r - 4 / 7), abs=1e-5)
