@@ -251,8 +251,12 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     trainer.train()
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
 
-    after = dict(trainer.model.named_parameters())
-    change = math.sqrt(sum(float((after[n].detach().float().cpu() - p).pow(2).sum()) for n, p in before.items()))
+    # Against the starting weights cast to each parameter's final dtype: the continuous-batching path casts the model
+    # to bf16 or fp16 for generation (as TRL's does), and that rounding alone is no training.
+    after = {name: p.detach().cpu() for name, p in trainer.model.named_parameters()}
+    change = math.sqrt(
+        sum(float((after[n].float() - p.to(after[n].dtype).float()).pow(2).sum()) for n, p in before.items())
+    )
     losses = [float(row["loss"]) for row in trainer.state.log_history if "loss" in row]
     samples = [row["ada/samples_per_prompt"] for row in trainer.state.log_history if "ada/samples_per_prompt" in row]
     timed = timer.seconds[1:] if len(timer.seconds) > 1 else timer.seconds
