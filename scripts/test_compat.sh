@@ -6,7 +6,7 @@
 # Usage:  scripts/test_compat.sh [ENTRY...]
 #   ENTRY  a TRL version (1.15.0): that release, with the newest transformers pip resolves for it; or
 #          VERSION:TRANSFORMERS (1.16.0:5.17.0): that release with that transformers.
-#          Default: $COMPAT_RELEASES.
+#          Default: $COMPAT_RELEASES (set it empty to run only TRL_SRC).
 # Settings, as environment variables:
 #   TRL_SRC       a TRL checkout (a folder holding its pyproject.toml): also run against it, installed editable over
 #                 the newest release's dependencies (so a TRL newer than setup.cfg's range still installs).
@@ -18,7 +18,7 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
-COMPAT_RELEASES=${COMPAT_RELEASES:-"1.14.0 1.14.2 1.15.0 1.16.0 1.16.0:5.17.0"}
+COMPAT_RELEASES=${COMPAT_RELEASES-"1.14.0 1.14.2 1.15.0 1.16.0 1.16.0:5.17.0"}
 COMPAT_DIR=${COMPAT_DIR:-.compat}
 TORCH=${TORCH-torch==2.13.0}
 PYTHON=${PYTHON:-python3}
@@ -36,16 +36,21 @@ entries=("$@")
 [[ -n $TRL_SRC ]] && entries+=("src")
 mkdir -p "$COMPAT_DIR"
 results="$COMPAT_DIR/results.md"
-echo "| TRL | transformers | tests | result | seconds |" >"$results"
+echo "| TRL | transformers | settings | result | seconds |" >"$results"
 echo "|---|---|---|---|---|" >>"$results"
 setup_hash=$(sha256sum setup.cfg | cut -c1-16)
 failed=0
 
+# TRL 1.15 computes log-probabilities with Triton kernels and has no CPU path (1.14 and 1.16 have one): its venv gets
+# Triton, and its tests run the kernels in Triton's interpreter, on the CPU. PyTorch's CUDA wheels ship Triton.
+needs_triton() { [[ $1 == 1.15.* ]]; }
+
 # make_venv DIR SPEC: (re)build the venv at DIR for SPEC unless its stamp says it holds SPEC already.
 make_venv() {
     local dir=$1 spec=$2
-    local stamp="$dir/.compat-stamp"
-    if [[ -f $stamp && "$(cat "$stamp")" == "$spec $setup_hash" ]]; then
+    local stamp="$dir/.compat-stamp" key="$spec $setup_hash"
+    needs_triton "${spec%%:*}" && key+=" triton"
+    if [[ -f $stamp && "$(cat "$stamp")" == "$key" ]]; then
         return 0
     fi
     echo "test_compat: building $dir ($spec)"
@@ -62,9 +67,11 @@ make_venv() {
     else
         local trl=${spec%%:*} transformers=""
         [[ $spec == *:* ]] && transformers=${spec#*:}
-        "${pip[@]}" -e ".[test]" "trl==$trl" ${transformers:+"transformers==$transformers"} || return 1
+        local extra=()
+        needs_triton "$trl" && extra+=(triton)
+        "${pip[@]}" -e ".[test]" "trl==$trl" ${transformers:+"transformers==$transformers"} "${extra[@]}" || return 1
     fi
-    echo "$spec $setup_hash" >"$stamp"
+    echo "$key" >"$stamp"
 }
 
 for entry in "${entries[@]}"; do
@@ -88,10 +95,12 @@ for entry in "${entries[@]}"; do
     fi
     versions=$("$dir/bin/python" -c "import importlib.metadata as m; print(m.version('trl'), m.version('transformers'))")
     read -r trl_version transformers_version <<<"$versions"
-    echo "== TRL $trl_version, transformers $transformers_version ($dir) =="
+    interpret=()
+    needs_triton "$trl_version" && interpret=(TRITON_INTERPRET=1)
+    echo "== TRL $trl_version, transformers $transformers_version ($dir) ${interpret[*]} =="
     started=$(date +%s)
     # shellcheck disable=SC2086  # COMPAT_TESTS is a list of paths
-    OMP_NUM_THREADS=1 "$dir/bin/python" -m pytest -q -p no:cacheprovider $COMPAT_TESTS >"$log" 2>&1
+    env "${interpret[@]}" OMP_NUM_THREADS=1 "$dir/bin/python" -m pytest -q -p no:cacheprovider $COMPAT_TESTS >"$log" 2>&1
     rc=$?
     seconds=$(($(date +%s) - started))
     summary=$(tail -1 "$log" | sed -E 's/^=+ //; s/ =+$//') # pytest's closing line
@@ -100,7 +109,7 @@ for entry in "${entries[@]}"; do
         failed=1
         grep -E '^(FAILED|ERROR) ' "$log" | head -20
     fi
-    echo "| $trl_version | $transformers_version | $(echo "$COMPAT_TESTS" | wc -w) files | $summary | $seconds |" >>"$results"
+    echo "| $trl_version | $transformers_version | ${interpret[*]} | $summary | $seconds |" >>"$results"
 done
 
 echo

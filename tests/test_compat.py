@@ -112,3 +112,14 @@ def test_the_range_is_the_one_setup_cfg_installs():
     requires = [Requirement(line) for line in config["options"]["install_requires"].splitlines() if line.strip()]
     assert [r.specifier for r in requires if r.name == "trl"] == [compat.SUPPORTED_TRL]
     assert compat.check_trl_version()  # the installed TRL is one of them
+
+
+def test_continuous_batching_cache_speaks_the_installed_transformers():
+    import transformers
+    from transformers.generation import ContinuousBatchingConfig
+
+    cache = compat.continuous_batching_cache(num_blocks=64, page_size=32, max_batch_tokens=256)
+    page = "page_size" if Version(transformers.__version__) >= Version("5.18.0") else "block_size"
+    assert cache == {"num_blocks": 64, page: 32, "max_batch_tokens": 256}
+    config = ContinuousBatchingConfig(**cache)
+    assert (config.num_blocks, getattr(config, page), config.max_batch_tokens) == (64, 32, 256)

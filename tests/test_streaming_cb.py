@@ -8,13 +8,14 @@ from transformers.generation.continuous_batching.continuous_api import Continuou
 
 import trl_ada.backends.streaming as streaming_module
 from trl_ada import ReinforceAdaConfig
+from trl_ada.compat import continuous_batching_cache
 from trl_ada.engine import Schedule, posterior_round_size
 
 pytestmark = pytest.mark.slow
 
 # A KV cache sized for the toy model: transformers' default sizes it from free memory, which on a CPU machine means
 # zero-filling gigabytes every step (about 20 s for 64 toy requests, against 0.04 s with this).
-SMALL_CACHE = {"num_blocks": 64, "page_size": 32, "max_batch_tokens": 256}
+SMALL_CACHE = continuous_batching_cache(num_blocks=64, page_size=32, max_batch_tokens=256)
 
 
 def streaming_trainer(model_dir, tmp_path, reward, keys, **overrides):

@@ -11,6 +11,10 @@ except these, each handled by one function below:
 - `GRPOTrainer.eos_token_ids` (every EOS id the model's generation config declares) exists from TRL 1.14.2 on.
   Before, GRPOTrainer counts a completion as terminated only on the tokenizer's EOS.
 
+One transformers difference matters too: `ContinuousBatchingConfig` names its page size `page_size` from transformers
+5.18 on and `block_size` before (5.18 still takes `block_size`, with a deprecation warning);
+`continuous_batching_cache` writes the installed one's name.
+
 In every case trl-ada does what the installed GRPOTrainer does, so its streamed completions are decoded, counted and
 logged exactly as TRL's own would be. Unchanged across the range, and relied on as is: `_generate`,
 `_generate_single_turn` (1.14.0 reads the run length from `self.num_generations`, later releases take it as an
@@ -82,6 +86,14 @@ def eos_token_ids(trainer: Any) -> list[int]:
     """The token ids that end a completion, as the installed GRPOTrainer counts them."""
     ids = getattr(trainer, "eos_token_ids", None)  # TRL >= 1.14.2
     return list(ids) if ids is not None else [trainer._tokenizer.eos_token_id]
+
+
+def continuous_batching_cache(num_blocks: int, page_size: int, max_batch_tokens: int) -> dict[str, int]:
+    """A `transformers_continuous_batching_config` sizing the KV cache, in the installed transformers' words."""
+    from transformers.generation import ContinuousBatchingConfig
+
+    page = "page_size" if _accepts(ContinuousBatchingConfig, "page_size") else "block_size"  # transformers < 5.18
+    return {"num_blocks": num_blocks, page: page_size, "max_batch_tokens": max_batch_tokens}
 
 
 def seam_report() -> Iterator[str]:

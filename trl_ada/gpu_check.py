@@ -41,7 +41,7 @@ BACKENDS = ("transformers", "continuous_batching")
 # transformers' default sizes the KV cache from free memory (gigabytes to zero-fill on a CPU, most of a GPU, which
 # would swamp the peak-memory reading). 16k token slots hold every request of a step at the defaults (16 prompts x up
 # to 32 draws x about 18 tokens); the toy model's cache is 1 KiB per token.
-CB_CACHE = {"num_blocks": 512, "page_size": 32, "max_batch_tokens": 512}
+CB_CACHE = (512, 32, 512)  # num_blocks, page_size (block_size before transformers 5.18), max_batch_tokens
 MIN_CB_TRANSFORMERS = "5.8.0"  # TRL's `use_transformers_continuous_batching` needs it
 
 
@@ -201,6 +201,7 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
+    from .compat import continuous_batching_cache
     from .toy import arithmetic_reward, make_arithmetic_dataset
 
     cuda = args.device == "cuda"
@@ -225,7 +226,8 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
         scale_rewards="none",
     )
     if spec.backend == "continuous_batching":
-        settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=CB_CACHE)
+        cache = continuous_batching_cache(*CB_CACHE)
+        settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
     if spec.method == "GRPO":
         config, trainer_class = GRPOConfig(**settings), GRPOTrainer
     else:
