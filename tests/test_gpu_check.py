@@ -144,7 +144,7 @@ def test_cpu_dry_run_of_the_script_trains_every_backend_and_prints_the_report(to
     assert re.search(r"torch \S+, transformers \S+, trl 1\.1[4-6]\.\d+, accelerate \S+", header["versions"])
     assert header["trl seams"].startswith("TRL 1.1") and "(supported)" in header["trl seams"]
     assert header["model"].startswith("toy (untrained, coin reward), 2 layers, hidden 128")
-    assert header["workload"].startswith("1 steps x 2 prompts, group 4")
+    assert header["workload"].startswith("1 step x 2 prompts, group 4")
     assert lines[7].split() == "backend method steps s/step last loss finite moved peak MiB samples/prompt".split()
     rows = [m for m in map(RUN_ROW.match, lines) if m]
     assert [(m["backend"], m["method"]) for m in rows] == [

@@ -333,6 +333,10 @@ def report(
     yield f"{verdict}: {len(results)} runs, {detail} ({seconds:.0f} s in all)"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "NO"
 
@@ -382,8 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": f"toy ({'after its warm-up, arithmetic reward' if args.model == 'warm' else 'untrained, coin reward'}"
         f"), {model_config.num_hidden_layers} layers, hidden {model_config.hidden_size}, built or loaded in "
         f"{built:.1f} s: {model_dir}",
-        "workload": f"{args.steps} steps x {args.prompts} prompts, group 4, 8 new tokens; Ada: balanced, rounds of "
-        "8, at most 4; same start and prompts for every run",
+        "workload": f"{_count(args.steps, 'step')} x {_count(args.prompts, 'prompt')}, group 4, 8 new tokens; Ada: "
+        "balanced, rounds of 8, at most 4; same start and prompts for every run",
     }
     results = []
     with _output_dir(args.output_dir) as output_dir:
