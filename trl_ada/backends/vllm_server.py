@@ -39,7 +39,7 @@ from .base import TokenBackend
 logger = logging.get_logger(__name__)
 
 POLL_SECONDS = 1.0  # how often `wait` checks that the event loop is alive and that requests make progress
-MAX_CONNECTIONS = 1024  # per process; more requests in flight wait for a connection (no timeout while they wait)
+MAX_CONNECTIONS = 512  # per process (under the usual 1024 open files); more requests wait here, with no timeout
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)  # pause before retry k (the last one repeats)
 END_OF_BODY_SECONDS = 1.0  # how long to wait for the end of a response body after its `[DONE]`
 CONTROL_TIMEOUT = 30.0  # seconds for the backend's own calls into its event loop (open, abort, close)
