@@ -598,6 +598,8 @@ class _Stream:
             if not batch:
                 raise RuntimeError(f"The backend returned nothing with {self.in_flight} draws in flight.")
             batch = [f for f in batch if f.ticket in self.prompts[self.owner[f.ticket]].in_flight]
+            if not batch:
+                continue  # only draws aborted earlier, which a backend may still report
             self.in_flight -= len(batch)
             self.result.generated_tokens += sum(f.num_tokens for f in batch)
             for f in batch:
