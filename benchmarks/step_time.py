@@ -25,11 +25,16 @@ length) of every (prompt, k) is fixed per seed and shared by all methods (common
 the same prompts and the same request-order stream per prompt.
 
 Methods: GRPO n=4 and n=16 (one round); Ada-balanced (rule 2 right + 2 wrong, group 4, budget 8 x 4 = 32) with fixed
-rounds of 8, posterior-sized rounds, streaming with the default `max_in_flight` (= samples_per_round = 8) and with 16,
-streaming with posterior sizing; Ada-positive (1 right, group 4, 8 x 4) rounds and streaming; and each rule's
-sequential limit (streaming with max_in_flight = 1: one draw at a time, stop as soon as the rule holds), whose pools
-are the floor on samples. With common random numbers, request-order streaming's pools equal the sequential limit's
-exactly; what streaming spends beyond them is its aborted and dropped draws.
+rounds of 8, posterior-sized rounds, streaming with k draws *running* per prompt (`max_in_flight`, default
+samples_per_round = 8, and 16; finished draws held behind an unfinished earlier one do not count), streaming with
+posterior sizing (each prompt keeps min(8, max(1, ceil(E[remaining draws]))) running, E under the Beta(1, 1) prior
+from every outcome it has seen: `trl_ada.engine.expected_remaining_draws`); Ada-positive (1 right, group 4, 8 x 4)
+rounds and streaming; and each rule's sequential limit (streaming with max_in_flight = 1: one draw at a time, stop as
+soon as the rule holds), whose pools are the floor on samples. Extras: streaming with k = 2, 4, 32 running; posterior
+sizing with a budget of 16 x 2 (rounds: 2 posterior-sized rounds; streaming: the same expected-need window, capped
+at 16 instead of 8, since the cap is samples_per_round); Ada-positive streaming with k = 4. With common random
+numbers, request-order streaming's pools equal the sequential limit's exactly; what streaming spends beyond them is
+its aborted draws (running when their prompt stopped) and dropped ones (finished beyond the pool).
 
 Physical limit of a run, a lower bound on that run's time given the work it did:
     limit = max(T / peak throughput, longest chain * t(1)),
@@ -46,7 +51,8 @@ S >= chain (a chain's completions decode in disjoint successive steps), t0 * cha
 also reported; time / (t0 * chain + c * T) = 1 means no decode step was spent off the longest chain. Under streaming
 with no cap on running sequences it is always 1: a prompt's draws are submitted in the step where one of its own
 completions finished and start at once, so the prompt that finishes last has a chain of exactly S steps. The max()
-form then falls short of the time by whichever of t0 * S and c * T is smaller.
+form then falls short of the time by whichever of t0 * S and c * T is smaller: time / max(...) is about
+1 + smaller / larger, so it is within 1.15x only when one term is under about 15% of the other.
 
 "Floor" rows (per rule) bound any scheduler that returns the same pools, with no chain at all: it must decode every
 pooled token and run at least as many steps as the longest pooled completion: t0 * (longest pooled completion)
@@ -169,6 +175,7 @@ class EmulatedEngine:
         self.prompt_chain = [0] * len(workload.rewards)  # longest chain ending in a finished completion of the prompt
         self.longest_chain = 0
         self.peak_running = 0
+        self.aborted_tokens = 0  # tokens of sequences aborted while running
 
     def submit(self, draws) -> None:
         for draw in draws:
@@ -221,6 +228,7 @@ class EmulatedEngine:
                 tokens += self.steps - self.running.pop(ticket)[0]
             else:
                 self.queued.pop(ticket)  # raises on a ticket that is neither running nor queued
+        self.aborted_tokens += tokens
         self._admit()
         return tokens
 
@@ -259,29 +267,39 @@ def methods(extra_in_flight: Sequence[int] = (), extras: bool = True) -> list[Me
         Method("grpo16", "GRPO n=16", Schedule.from_strategy("uniform", 16)),
         Method("bal-rounds", "Ada-balanced rounds 8x4", BALANCED, rule="balanced"),
         Method("bal-rounds-post", "Ada-balanced rounds posterior", BALANCED_POSTERIOR, rule="balanced"),
-        Method("bal-stream", "Ada-balanced streaming k=8 (default)", BALANCED, "streaming", rule="balanced"),
-        Method("bal-stream-16", "Ada-balanced streaming k=16", BALANCED, "streaming", 16, "balanced"),
+        Method("bal-stream", "Ada-balanced streaming k=8 running (default)", BALANCED, "streaming", rule="balanced"),
+        Method("bal-stream-16", "Ada-balanced streaming k=16 running", BALANCED, "streaming", 16, "balanced"),
         Method(
-            "bal-stream-post", "Ada-balanced streaming posterior", BALANCED_POSTERIOR, "streaming", rule="balanced"
+            "bal-stream-post",
+            "Ada-balanced streaming posterior (E[remaining] running, cap 8)",
+            BALANCED_POSTERIOR,
+            "streaming",
+            rule="balanced",
         ),
         Method("bal-seq", "Ada-balanced sequential limit (k=1)", BALANCED, "streaming", 1, "balanced"),
         Method("pos-rounds", "Ada-positive rounds 8x4", POSITIVE, rule="positive"),
-        Method("pos-stream", "Ada-positive streaming k=8 (default)", POSITIVE, "streaming", rule="positive"),
+        Method("pos-stream", "Ada-positive streaming k=8 running (default)", POSITIVE, "streaming", rule="positive"),
         Method("pos-seq", "Ada-positive sequential limit (k=1)", POSITIVE, "streaming", 1, "positive"),
     ]
     if not extras:
         return out
     out += [
-        Method(f"bal-stream-{k}", f"Ada-balanced streaming k={k}", BALANCED, "streaming", k, "balanced", True)
+        Method(f"bal-stream-{k}", f"Ada-balanced streaming k={k} running", BALANCED, "streaming", k, "balanced", True)
         for k in extra_in_flight
     ]
     two = Schedule.from_strategy("balanced", 4, 16, 2, round_sizing="posterior")
     out += [
-        Method("bal-rounds-post2", "Ada-balanced rounds posterior, 2 rounds", two, rule="balanced", extra=True),
+        Method("bal-rounds-post2", "Ada-balanced rounds posterior 16x2 (2 rounds)", two, rule="balanced", extra=True),
         Method(
-            "bal-stream-post2", "Ada-balanced streaming posterior, 2 rounds", two, "streaming", None, "balanced", True
+            "bal-stream-post2",
+            "Ada-balanced streaming posterior, cap 16 (budget 16x2)",
+            two,
+            "streaming",
+            None,
+            "balanced",
+            True,
         ),
-        Method("pos-stream-4", "Ada-positive streaming k=4", POSITIVE, "streaming", 4, "positive", True),
+        Method("pos-stream-4", "Ada-positive streaming k=4 running", POSITIVE, "streaming", 4, "positive", True),
     ]
     return out
 
@@ -319,6 +337,11 @@ def run(method: Method, workload: Workload, regime: Regime) -> dict[str, Any]:
         "longest_pooled": max(pooled_lengths),
         "aborted_tokens": result.aborted_tokens,
         "aborted_share": result.aborted_tokens / engine.tokens,
+        # the two parts of it: draws aborted while running, and draws that finished beyond the pool (dropped)
+        "abort_running_share": engine.aborted_tokens / engine.tokens,
+        "dropped_share": (result.aborted_tokens - engine.aborted_tokens) / engine.tokens,
+        "aborted_per_prompt": result.aborted / prompts,
+        "dropped_per_prompt": result.dropped / prompts,
         "seconds": engine.now,
         "decode_steps": engine.steps,
         "t0_steps_s": regime.t0 * engine.steps,
@@ -424,8 +447,9 @@ def targets(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 row["time_over_limit"] <= 1.15,
                 f"{row['seconds']:.1f} s / {row['limit_s']:.1f} s = {row['time_over_limit']:.2f}x; limit = max("
                 f"throughput {row['throughput_s']:.1f} s, chain {row['chain_s']:.1f} s); time = t0*S "
-                f"{row['t0_steps_s']:.1f} s + c*T {row['c_tokens_s']:.1f} s; vs t0*chain + c*T: "
-                f"{row['time_over_tight_limit']:.2f}x",
+                f"{row['t0_steps_s']:.1f} s + c*T {row['c_tokens_s']:.1f} s (smaller / larger "
+                f"{min(row['t0_steps_s'], row['c_tokens_s']) / max(row['t0_steps_s'], row['c_tokens_s']):.2f}); "
+                f"vs t0*chain + c*T: {row['time_over_tight_limit']:.2f}x",
             )
     for regime in rows:
         for key in STREAMING:
@@ -442,22 +466,27 @@ def targets(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             add(
                 f"{regime}: {row['method']} aborted tokens under 10% of generated",
                 row["aborted_share"] < 0.10,
-                f"{row['aborted_share']:.1%} of {row['tokens'] / 1e6:.2f}M tokens",
+                f"{row['aborted_share']:.1%} of {row['tokens'] / 1e6:.2f}M tokens: "
+                f"{row['abort_running_share']:.1%} in {row['aborted_per_prompt']:.2f} draws per prompt aborted while "
+                f"running, {row['dropped_share']:.1%} in {row['dropped_per_prompt']:.2f} finished beyond the pool "
+                "(dropped)",
             )
     return out
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| method | samples/prompt | x seq. limit | tokens (x seq. limit) | aborted | seconds | x GRPO n=4 | "
-        "x GRPO n=16 | limit s = max(throughput, chain) | time / limit | t0*S + c*T s | time / (t0*chain + c*T) |",
+        "| method | samples/prompt | x seq. limit | tokens (x seq. limit) | aborted = running + dropped | seconds | "
+        "x GRPO n=4 | x GRPO n=16 | limit s = max(throughput, chain) | time / limit | t0*S + c*T s | "
+        "time / (t0*chain + c*T) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         seq = "-" if r["x_seq_samples"] is None else f"{r['x_seq_samples']:.3f}"
         tokens = f"{r['tokens'] / 1e6:.2f}M" + ("" if r["x_seq_tokens"] is None else f" ({r['x_seq_tokens']:.3f})")
         lines.append(
-            f"| {r['method']} | {r['samples_per_prompt']:.2f} | {seq} | {tokens} | {r['aborted_share']:.1%} | "
+            f"| {r['method']} | {r['samples_per_prompt']:.2f} | {seq} | {tokens} | {r['aborted_share']:.1%} = "
+            f"{r['abort_running_share']:.1%} + {r['dropped_share']:.1%} | "
             f"{r['seconds']:.1f} | {r['x_grpo4']:.2f} | {r['x_grpo16']:.2f} | "
             f"{r['limit_s']:.1f} = max({r['throughput_s']:.1f}, {r['chain_s']:.1f}) | {r['time_over_limit']:.2f} | "
             f"{r['t0_steps_s']:.1f} + {r['c_tokens_s']:.1f} | {r['time_over_tight_limit']:.2f} |"
@@ -479,8 +508,8 @@ def floor_line(rows: list[dict[str, Any]]) -> str:
         f" Prompts that spend their whole budget unresolved: {by_key['bal-seq']['unresolved']:.1%} (balanced), "
         f"{by_key['pos-seq']['unresolved']:.1%} (positive). Pool size of the prompt with the longest chain, mean over "
         f"seeds: rounds 8x4 {by_key['bal-rounds']['chain_prompt_pool']:.1f}, streaming k=8 "
-        f"{by_key['bal-stream']['chain_prompt_pool']:.1f}, k=16 {by_key['bal-stream-16']['chain_prompt_pool']:.1f} "
-        f"(balanced; budget 32)."
+        f"{by_key['bal-stream']['chain_prompt_pool']:.1f}, k=16 {by_key['bal-stream-16']['chain_prompt_pool']:.1f}, "
+        f"posterior {by_key['bal-stream-post']['chain_prompt_pool']:.1f} (balanced; budget 32)."
     )
 
 
@@ -513,7 +542,8 @@ def parameter_table(args: argparse.Namespace, lengths: Lengths, regimes: list[Re
 LEGEND = (
     "samples/prompt: completions that finished (pool + dropped; aborted draws not counted); x seq. limit: over the "
     "sequential limit's pool size (request-order streaming's pools equal it exactly); tokens: every token decoded, "
-    "aborted ones included; aborted: share of tokens in aborted or dropped draws; seconds: virtual, mean of the "
+    "aborted ones included; aborted: share of tokens in draws aborted while running plus draws that finished beyond "
+    "the pool (dropped); seconds: virtual, mean of the "
     "seeds; S: decode steps, T: tokens."
 )
 

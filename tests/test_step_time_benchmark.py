@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import step_time
-from step_time import BALANCED, EmulatedEngine, Lengths, Method, Regime, Workload, run
+from step_time import BALANCED, BALANCED_POSTERIOR, EmulatedEngine, Lengths, Method, Regime, Workload, run
 
 from trl_ada.engine import Draw, Schedule
 
@@ -54,6 +54,35 @@ def test_streaming_abort_and_rounds_by_hand():
     rounds = run(Method("r", "rounds", BALANCED, rule="balanced"), workload, REGIME)
     assert rounds["seconds"] == pytest.approx(80 * T0 + C * 10 * sum(range(1, 9)))
     assert rounds["tokens"] == 360 and rounds["pool_per_prompt"] == 8 and rounds["aborted_share"] == 0
+
+
+def test_a_slow_head_does_not_block_top_ups_and_posterior_sizing_stops_them_by_hand():
+    """Balanced rule for n = 4, 8 x 4. Rewards 1, 0, 1, 0, 1, 1, 1, 1, then 0s; lengths 100, then 10 (draws 1-7),
+    then 100.
+
+    Streaming k=8 (running): draws 0-7 start at step 0; draws 1-7 finish at step 10 but wait behind draw 0 (the pool
+    is a request-order prefix). Only draw 0 runs, so 7 more start, draws 8-14 (finishing at 110). At step 100 draw 0
+    completes the pool [1, 0, 1, 0]: draws 4-7 (finished, 10 tokens each) are dropped, draws 8-14 (90 tokens each)
+    aborted. 8 sequences run for 100 steps: time = 100 t0 + c * 800; tokens 100 + 70 + 630 = 800, 670 of them wasted.
+    Posterior: the first window is min(8, ceil(E)) = 8 (E = 11.9 for a fresh prompt). At step 10 the prompt has seen
+    5 right and 2 wrong in 7 draws, which already satisfies the rule: E[remaining] = 0, it keeps 1 running (draw 0)
+    and starts nothing. time = 100 t0 + c * (8 * 10 + 1 * 90); tokens 170, the 40 of draws 4-7 dropped."""
+    workload = one_prompt([1, 0, 1, 0, 1, 1, 1, 1], [100] + [10] * 7, pad_length=100)
+    fixed = run(Method("s", "streaming", BALANCED, "streaming", rule="balanced"), workload, REGIME)
+    assert fixed["seconds"] == pytest.approx(100 * T0 + C * 800)
+    assert fixed["tokens"] == 800 and fixed["aborted_tokens"] == 670
+    assert fixed["abort_running_share"] == pytest.approx(630 / 800) and fixed["dropped_share"] == pytest.approx(
+        40 / 800
+    )
+    assert (fixed["pool_per_prompt"], fixed["samples_per_prompt"], fixed["started_per_prompt"]) == (4, 8, 15)
+    assert (fixed["aborted_per_prompt"], fixed["dropped_per_prompt"]) == (7, 4)
+    assert fixed["longest_chain_tokens"] == 100 and fixed["peak_running"] == 8
+
+    posterior = run(Method("p", "posterior", BALANCED_POSTERIOR, "streaming", rule="balanced"), workload, REGIME)
+    assert posterior["seconds"] == pytest.approx(100 * T0 + C * 170)
+    assert posterior["tokens"] == 170 and posterior["aborted_tokens"] == 40
+    assert (posterior["aborted_per_prompt"], posterior["dropped_per_prompt"]) == (0, 4)
+    assert posterior["pool_per_prompt"] == 4 and posterior["started_per_prompt"] == 8
 
 
 def test_running_cap_queues_and_the_limit_stays_below_the_time():
@@ -107,6 +136,12 @@ def test_quick_run_is_internally_consistent(tmp_path):
             assert r["seconds"] >= r["limit_s"] * (1 - 1e-9) and r["seconds"] >= r["tight_limit_s"] * (1 - 1e-9)
             assert r["seconds"] >= r["floor_s"] * (1 - 1e-9) or key.startswith("grpo")
             assert r["tokens"] >= r["pooled_tokens"]
+            # the waste splits into draws aborted while running and completions dropped beyond the pool
+            assert r["aborted_share"] == pytest.approx(r["abort_running_share"] + r["dropped_share"], abs=1e-12), key
+            if not r["aborted_per_prompt"]:
+                assert r["abort_running_share"] == 0, key
+            if "rounds" in key or key.startswith("grpo") or key.endswith("seq"):
+                assert r["aborted_share"] == 0, key  # barriers, or one draw at a time: nothing wasted
         # GRPO n=4 decodes exactly the first 4 completions of every prompt
         assert runs["grpo4"]["tokens"] == sum(sum(lengths[:4]) for lengths in workload.lengths)
         assert runs["grpo16"]["tokens"] == sum(sum(lengths[:16]) for lengths in workload.lengths)
