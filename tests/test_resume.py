@@ -72,7 +72,12 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(toy_cold_dir, tmp_p
     after, uninterrupted = logged_steps(resumed / "checkpoint-4"), logged_steps(reference / "checkpoint-4")
     assert sorted(after) == sorted(uninterrupted) == [1, 2, 3, 4]  # the resumed state carries steps 1-2
     for step in (3, 4):  # trained after the resume
-        same_keys = [k for k in uninterrupted[step] if k.startswith("ada/") or k in ("reward", "loss", "grad_norm")]
+        same_keys = [
+            k
+            for k in uninterrupted[step]
+            if (k.startswith("ada/") and k != "ada/generation_seconds")  # wall time differs from run to run
+            or k in ("reward", "loss", "grad_norm")
+        ]
         assert len(same_keys) > 8
         assert uninterrupted[step]["loss"] != 0 and 0 < uninterrupted[step]["reward"] < 1  # a step that learns
         # Same batches (the sampler skips what was trained), same torch RNG (restored from the checkpoint), same
