@@ -53,6 +53,7 @@ class Served:
     completion_ids: list[int] = field(default_factory=list)  # what the script decided (sent in full if finished)
     emitted: int = 0  # tokens written to the connection
     state: str = "running"  # "finished", "cancelled" (the client left before the end), "failed" (an injected fault)
+    client_port: int = 0  # the client's side of the connection: requests on one reused connection share it
 
 
 class StandInServer:
@@ -67,6 +68,7 @@ class StandInServer:
         tokens_per_event: int = 1,
         fail: Callable[[int], int | str | None] | None = None,
         model: str = "stand-in/toy",
+        keepalive_timeout: float = 75.0,
     ) -> None:
         self.script = script or (lambda prompt_ids, index: ([5, 6, 2], 0.0))
         self.mode = mode
@@ -76,6 +78,7 @@ class StandInServer:
         self.tokens_per_event = tokens_per_event
         self.fail = fail
         self.model = model
+        self.keepalive_timeout = keepalive_timeout  # seconds an idle connection stays open (vLLM's server: 5)
         self.served: list[Served] = []
         self.health_checks = 0
         self._lock = threading.Lock()
@@ -123,7 +126,9 @@ class StandInServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/standin/mode", self._set_mode)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.5, keepalive_timeout=self.keepalive_timeout
+        )
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
 
@@ -172,7 +177,9 @@ class StandInServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()
         with self._lock:
+            peer = request.transport.get_extra_info("peername") if request.transport is not None else None
             served = Served(len(self.served), request.headers.get("X-Request-Id", ""), payload)
+            served.client_port = peer[1] if peer else 0
             self.served.append(served)
         problem = _check_payload(payload)
         if problem is not None:

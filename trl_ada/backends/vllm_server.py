@@ -42,6 +42,9 @@ POLL_SECONDS = 1.0  # how often `wait` checks that the event loop is alive and t
 MAX_CONNECTIONS = 512  # per process (under the usual 1024 open files); more requests wait here, with no timeout
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)  # pause before retry k (the last one repeats)
 END_OF_BODY_SECONDS = 1.0  # how long to wait for the end of a response body after its `[DONE]`
+# vLLM's server (uvicorn) closes a connection idle for 5 s; aiohttp would keep it pooled for 15 s, and a request sent
+# on it just as the server closes it fails and is retried. Drop idle connections before the server does.
+KEEPALIVE_SECONDS = 2.0
 CONTROL_TIMEOUT = 30.0  # seconds for the backend's own calls into its event loop (open, abort, close)
 
 
@@ -279,7 +282,7 @@ class VLLMServerBackend(TokenBackend):
     async def _open(self) -> None:
         aiohttp = self._aiohttp
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS),
+            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS),
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=None, sock_connect=self.request_timeout, sock_read=self.request_timeout
             ),
