@@ -1,6 +1,7 @@
 """rollout_schedule="streaming" through transformers' continuous batching, on the offline toy model: real streaming
 (requests added and cancelled while the manager generates in its thread) inside real `trainer.train()` runs."""
 
+import contextlib
 import math
 
 import pytest
@@ -174,3 +175,32 @@ def test_streaming_needs_an_engine_that_streams():
             ReinforceAdaConfig(**common, use_transformers_continuous_batching=True, max_in_flight=bad)
     with pytest.raises(ValueError, match="rollout_schedule"):
         ReinforceAdaConfig(output_dir="unused", use_cpu=True, bf16=False, rollout_schedule="stream")
+
+
+def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp_path):
+    """A reward that raises while streaming: the backend is closed (nothing left running) and the step fails with
+    the same error as under rounds, naming the function and the prompt."""
+    from trl_ada.checks import RewardFunctionError
+
+    def broken(completions, key, **kwargs):
+        if "b" in key:
+            raise KeyError("no answer for b")
+        return [0.0] * len(key)
+
+    closed = []
+    trainer = streaming_trainer(toy_cold_dir, tmp_path, broken, "ab", max_steps=1)
+    open_backend = trainer._streaming_backend
+
+    def tracking(prompt_ids):
+        context = open_backend(prompt_ids)
+        backend = context.__enter__()
+        try:
+            yield backend
+        finally:
+            context.__exit__(None, None, None)
+            closed.append(not backend.manager.is_running())
+
+    trainer._streaming_backend = contextlib.contextmanager(tracking)
+    with pytest.raises(RewardFunctionError, match=r"'broken' failed on prompt .*b\?.*KeyError"):
+        trainer.train()
+    assert closed == [True]
