@@ -1,4 +1,4 @@
-"""The ``trl-ada`` command: ``trl-ada {train,prepare,eval,simulate} [options]``.
+"""The ``trl-ada`` command: ``trl-ada {train,recipes,prepare,eval,simulate} [options]``.
 
 Each subcommand lives in its own module with a ``main(argv)`` function, imported only when used, so
 ``trl-ada simulate`` does not pay for importing TRL.
@@ -10,7 +10,8 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "train": ("trl_ada.train", "train with ReinforceAdaTrainer from a YAML recipe and/or flags"),
+    "train": ("trl_ada.train", "train with ReinforceAdaTrainer from a YAML recipe (file or packaged name) and flags"),
+    "recipes": ("trl_ada.catalog", "list the packaged recipes and accelerate configs; print one's path or contents"),
     "prepare": ("trl_ada.prepare", "build a training set: prompt template, pass-rate estimate, difficulty band"),
     "eval": ("trl_ada.evaluate", "avg@k accuracy on math benchmarks, written as JSON and a Markdown table"),
     "simulate": ("trl_ada.simulate", "budget simulator: samples, rounds and signal per strategy, no model"),

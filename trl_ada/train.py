@@ -1,15 +1,18 @@
 """``trl-ada train``: train with ``ReinforceAdaTrainer`` from a YAML recipe and/or command-line flags.
 
-    trl-ada train --config recipes/toy-cpu.yaml
-    trl-ada train --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml --max_steps 100 --output_dir runs/try
-    accelerate launch --config_file recipes/accelerate/zero2.yaml -m trl_ada.train \\
-        --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml
+    trl-ada train --config toy-cpu
+    trl-ada train --config qwen2.5-math-1.5b/hard-balanced --max_steps 100 --output_dir runs/try
+    trl-ada train --config my-recipe.yaml
+    accelerate launch --config_file "$(trl-ada recipes --path accelerate/zero2)" -m trl_ada.train \\
+        --config qwen2.5-math-1.5b/hard-balanced
 
-Every field of ReinforceAdaConfig (all of GRPOConfig plus the sampling fields), trl.ModelConfig and
-trl.DatasetMixtureConfig is a flag, as in TRL's own ``trl grpo`` script; a flag overrides the same key in the YAML.
+--config takes a YAML file or the name of a recipe shipped with the package (`trl-ada recipes` lists them; a file
+of that name wins). Every field of ReinforceAdaConfig (all of GRPOConfig plus the sampling fields), trl.ModelConfig
+and trl.DatasetMixtureConfig is a flag, as in TRL's own ``trl grpo`` script; a flag overrides the same key in the
+YAML.
 
 Built-ins (the ``builtin:`` prefix cannot be a Hub id, so it never shadows a real model or dataset):
-  --model_name_or_path builtin:toy        the toy model after its supervised warm-up (built once, then cached)
+  --model_name_or_path builtin:toy        the toy model after its supervised warm-up (shipped with the package)
   --model_name_or_path builtin:toy-cold   the untrained toy model (smoke tests)
   --dataset_name builtin:toy              the toy arithmetic task (train and test splits)
   --reward_funcs toy | math | <a trl.rewards function> | <dotted.import.path>
@@ -35,6 +38,7 @@ from typing import Any
 from transformers.trainer_callback import ProgressCallback
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser
 
+from .catalog import RecipeNotFound, resolve_config
 from .config import ReinforceAdaConfig
 
 BUILTIN_PREFIX = "builtin:"
@@ -98,13 +102,18 @@ def parse_args(
     """Parse ``--config file.yaml`` and flags into the four dataclasses; unknown keys or flags are a UsageError."""
     argv = sys.argv[1:] if argv is None else list(argv)
     config_path = None
+    for position, arg in enumerate(argv):
+        if arg.startswith("--config="):  # TrlParser reads `--config PATH` only
+            argv[position : position + 1] = ["--config", arg.removeprefix("--config=")]
     if "--config" in argv:
         position = argv.index("--config")
         if position + 1 == len(argv):
-            raise UsageError("--config needs a YAML file.")
-        config_path = argv[position + 1]
-        if not pathlib.Path(config_path).is_file():
-            raise UsageError(f"--config {config_path}: no such file.")
+            raise UsageError("--config needs a YAML file or a packaged recipe's name (`trl-ada recipes` lists them).")
+        try:
+            config_path = str(resolve_config(argv[position + 1]))
+        except RecipeNotFound as error:
+            raise UsageError(error.args[0]) from None
+        argv[position + 1] = config_path
     *parsed, unknown_in_config, unknown_flags = make_parser().parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
