@@ -350,6 +350,9 @@ def test_toy_threads_default_to_one_unless_omp_num_threads_says_otherwise(value,
         monkeypatch.setenv("OMP_NUM_THREADS", value)
     assert toy.toy_num_threads() == threads
     before = torch.get_num_threads()
+    with toy.toy_threads() as inside:
+        assert inside == threads == torch.get_num_threads()
+    assert torch.get_num_threads() == before  # the caller's count comes back
     try:
         assert toy.use_toy_threads() == threads == torch.get_num_threads()
     finally:

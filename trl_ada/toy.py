@@ -54,6 +54,7 @@ __all__ = [
     "toy_dataset_split",
     "toy_model_dir",
     "toy_num_threads",
+    "toy_threads",
     "use_toy_threads",
 ]
 
@@ -467,6 +468,16 @@ def use_toy_threads() -> int:
     threads = toy_num_threads()
     torch.set_num_threads(threads)
     return threads
+
+
+@contextlib.contextmanager
+def toy_threads() -> Iterator[int]:
+    """Run a block on the toy model's thread count (:func:`toy_num_threads`), then restore the caller's count."""
+    previous = torch.get_num_threads()
+    try:
+        yield use_toy_threads()
+    finally:
+        torch.set_num_threads(previous)
 
 
 @contextlib.contextmanager

@@ -167,7 +167,7 @@ def check_vllm(training_args: ReinforceAdaConfig) -> None:
 
 def resolve_model(name: str | None) -> str:
     """A Hub id or local folder unchanged; a ``builtin:`` toy model's folder (the shipped warm model, or the cold one
-    built in the cache), with torch set to the toy model's thread count (`trl_ada.toy.toy_num_threads`)."""
+    built in the cache)."""
     if not name:
         raise UsageError(
             "No model: pass --model_name_or_path (a Hub id, a local folder, or builtin:toy for the toy model)."
@@ -176,9 +176,8 @@ def resolve_model(name: str | None) -> str:
         return name
     if name not in TOY_MODELS:
         raise UsageError(f"Unknown built-in model {name!r}: use one of {sorted(TOY_MODELS)}.")
-    from .toy import toy_model_dir, use_toy_threads
+    from .toy import toy_model_dir
 
-    use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more only spin on matrices this small
     return str(toy_model_dir(warmup=TOY_MODELS[name]))  # file-locked: concurrent processes build it once
 
 
@@ -326,6 +325,10 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
     check_vllm(training_args)
     rewards = load_rewards(script_args)
     model = resolve_model(model_args.model_name_or_path)
+    if model_args.model_name_or_path in TOY_MODELS:
+        from .toy import use_toy_threads
+
+        use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more spin on matrices this small
     train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args)
 
     model_init_kwargs = dict(
