@@ -135,7 +135,7 @@ def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
     from transformers.utils import is_torch_bf16_gpu_available, is_torch_cuda_available, is_torch_xla_available
 
     bf16 = (not fp16) if bf16 is None else bf16  # GRPOConfig's default: bf16 unless fp16 is asked for
-    cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (recipes/toy-cpu.yaml does)."
+    cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (the toy-cpu recipe does)."
     if fp16 and not is_torch_cuda_available():
         raise UsageError(f"fp16 mixed precision needs a CUDA GPU and none is visible. {cpu_hint}")
     if bf16 and not use_cpu and not (is_torch_bf16_gpu_available() or is_torch_xla_available()):
