@@ -16,8 +16,9 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
+# `trl-ada demo` pins torch's threads and kernels before torch loads, so it prints the README's block bit for bit.
 demo: $(STAMP)
-	$(PY) -m trl_ada.demo
+	$(VENV)/bin/trl-ada demo
 
 # pytest exits 5 when it collects no test: report it, do not fail on it.
 test: $(STAMP)

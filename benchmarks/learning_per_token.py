@@ -182,7 +182,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
 def _set_threads(threads: int) -> None:
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # 1: the toy model's matrices are too small to split (trl_ada.toy.TOY_NUM_THREADS)
 
 
 def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, Any], jobs: int) -> list[dict]:
@@ -191,7 +191,7 @@ def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, An
     tasks = [(seed, key) for key in methods for seed in seeds]
     with tempfile.TemporaryDirectory(prefix="trl_ada_bench_") as scratch:
         if jobs <= 1:
-            _set_threads(2)
+            _set_threads(1)
             return [run_one(seed, key, settings, scratch) for seed, key in tasks]
         context = get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_set_threads, initargs=(1,)) as pool:
@@ -243,7 +243,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heldout-samples", type=int, help="sampled completions per held-out prompt")
     parser.add_argument("--prompts-per-step", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each); 1: one 2-thread run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each")
     parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
     parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")

@@ -108,7 +108,7 @@ print(' '.join((visible.split(',') if visible else [str(i) for i in range(n)])[:
 ")"
 NUM_GPUS=${#GPUS[@]}
 [[ $NUM_GPUS -ge 1 ]] || die "no CUDA GPU visible to torch (check CUDA_VISIBLE_DEVICES, the driver, a CUDA torch)."
-MODEL_DIR=$("$PYTHON" -c "from trl_ada.toy import toy_model_dir; print(toy_model_dir())") # built by part 1
+MODEL_DIR=$("$PYTHON" -c "from trl_ada.toy import toy_model_dir; print(toy_model_dir())") # shipped with the package
 echo "gpu_smoke.sh: $NUM_GPUS GPU(s), toy model $MODEL_DIR, $VLLM_STEPS steps per vLLM mode, outputs in $OUTPUT_DIR"
 
 # Flag names are ReinforceAdaConfig (GRPOConfig), ModelConfig and script-argument fields (`trl-ada train --help`).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_ada import ReinforceAdaConfig
+from trl_ada import ReinforceAdaConfig, catalog
 from trl_ada.rewards import resolve_reward
 from trl_ada.train import describe, parse_args
 
@@ -161,13 +161,17 @@ def test_accelerate_config_is_accepted_by_accelerate_launch(path):
     assert args.training_script_args == ["--config", str(recipe)]
 
 
-def test_every_path_named_in_the_recipes_exists():
-    """Recipe headers and recipes/README.md name recipes and accelerate configs: all of them must exist."""
+def test_every_recipe_named_in_the_recipes_exists():
+    """Recipe headers and recipes/README.md name recipes and accelerate configs, by path or by packaged name
+    (`--config qwen2.5-math-1.5b/hard-balanced`, `trl-ada recipes --path accelerate/zero2`): all of them must exist."""
     texts = [p.read_text() for p in RECIPES] + [(RECIPES_DIR / "README.md").read_text()]
-    named = {m for text in texts for m in re.findall(r"recipes/[\w./-]+\.yaml", text)}
-    assert named, "expected the recipes and README to name recipe files"
-    missing = sorted(m for m in named if not (RECIPES_DIR.parent / m).is_file())
-    assert not missing
+    paths = {m for text in texts for m in re.findall(r"recipes/[\w./-]+\.yaml", text)}
+    assert not sorted(m for m in paths if not (RECIPES_DIR.parent / m).is_file())
+    names = {m for text in texts for m in re.findall(r"--(?:config|path|show) ([\w][\w./-]*)", text)}
+    assert len(names) >= len(PAPER_RECIPES) + 2, "expected the recipes and README to name recipes"
+    for name in names:
+        assert catalog.find(name).is_file()
+    assert {"accelerate/zero2", "accelerate/zero3"} <= names
 
 
 def test_recipes_are_plain_yaml_mappings():

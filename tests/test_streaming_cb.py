@@ -1,6 +1,9 @@
 """rollout_schedule="streaming" through transformers' continuous batching, on the offline toy model: real streaming
 (requests added and cancelled while the manager generates in its thread) inside real `trainer.train()` runs."""
 
+import contextlib
+import math
+
 import pytest
 import torch
 from test_trainer import ada_logs, bernoulli_reward, keyed_dataset, make_trainer
@@ -9,7 +12,7 @@ from transformers.generation.continuous_batching.continuous_api import Continuou
 import trl_ada.backends.streaming as streaming_module
 from trl_ada import ReinforceAdaConfig
 from trl_ada.compat import continuous_batching_cache
-from trl_ada.engine import Schedule, posterior_round_size
+from trl_ada.engine import Schedule, expected_remaining_draws
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +88,8 @@ def test_positive_rule_streams_and_stops_each_prompt_on_its_own(toy_cold_dir, tm
     logs = ada_logs(trainer)
     assert len(logs) == 2 == len(spy.results)
     schedule = Schedule.from_strategy("positive", 4, 8, 4, round_sizing=round_sizing)
-    first_round = 8 if round_sizing == "fixed" else posterior_round_size(0, 0, 0, 4, schedule)
+    # posterior sizing: the expected draws still needed, from nothing seen yet, capped at samples_per_round
+    first_round = 8 if round_sizing == "fixed" else min(8, math.ceil(expected_remaining_draws(0, 0, 0, schedule)))
     for log, result in zip(logs, spy.results, strict=True):
         assert sorted(len(pool) for pool in result.pools) == [4, 32]  # the sampler shuffles the prompts
         assert log["ada/samples_per_prompt"] == (32 + 4) / 2
@@ -102,8 +106,6 @@ def test_positive_rule_streams_and_stops_each_prompt_on_its_own(toy_cold_dir, tm
     assert len(set(spy.cancelled)) == len(spy.cancelled)
     if round_sizing == "fixed":  # "b" asked for 8 and needed 4: some were still queued or running when it resolved
         assert spy.cancelled
-    else:  # the posterior's first round for a group of 4 is exactly the group: nothing left to cancel for "b"
-        assert first_round == 4 and not spy.cancelled
 
 
 def test_balanced_rule_trains_and_counts_every_token(toy_cold_dir, tmp_path, monkeypatch):
@@ -174,3 +176,32 @@ def test_streaming_needs_an_engine_that_streams():
             ReinforceAdaConfig(**common, use_transformers_continuous_batching=True, max_in_flight=bad)
     with pytest.raises(ValueError, match="rollout_schedule"):
         ReinforceAdaConfig(output_dir="unused", use_cpu=True, bf16=False, rollout_schedule="stream")
+
+
+def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp_path):
+    """A reward that raises while streaming: the backend is closed (nothing left running) and the step fails with
+    the same error as under rounds, naming the function and the prompt."""
+    from trl_ada.checks import RewardFunctionError
+
+    def broken(completions, key, **kwargs):
+        if "b" in key:
+            raise KeyError("no answer for b")
+        return [0.0] * len(key)
+
+    closed = []
+    trainer = streaming_trainer(toy_cold_dir, tmp_path, broken, "ab", max_steps=1)
+    open_backend = trainer._streaming_backend
+
+    def tracking(prompt_ids):
+        context = open_backend(prompt_ids)
+        backend = context.__enter__()
+        try:
+            yield backend
+        finally:
+            context.__exit__(None, None, None)
+            closed.append(not backend.manager.is_running())
+
+    trainer._streaming_backend = contextlib.contextmanager(tracking)
+    with pytest.raises(RewardFunctionError, match=r"'broken' failed on prompt .*b\?.*KeyError"):
+        trainer.train()
+    assert closed == [True]

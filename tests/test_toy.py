@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -285,12 +286,35 @@ def test_grpo_trainer_runs_two_steps(cold_dir, tmp_path):
     assert len(logged) == 2
 
 
-# --- the warm model (slow on first use: builds the shared cache, then reused) ---------------------------------------
+# --- the warm model: shipped with the package ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def warm_dir():
     return toy.toy_model_dir(warmup=True)
+
+
+def test_the_shipped_warm_model_is_what_toy_model_dir_returns():
+    info = json.loads((toy.SHIPPED_WARM_DIR / "toy_info.json").read_text())
+    assert toy.toy_model_dir() == toy.SHIPPED_WARM_DIR
+    assert info["warmup"] and info["seed"] == 0 and info["version"] == toy.TOY_VERSION
+    weights = (toy.SHIPPED_WARM_DIR / "model.safetensors").read_bytes()
+    assert hashlib.sha256(weights).hexdigest() == info["model_sha256"]
+    # The shipped tokenizer is the one the code builds, so cold and warm models share token ids.
+    shipped, built = AutoTokenizer.from_pretrained(toy.SHIPPED_WARM_DIR), toy.build_toy_tokenizer()
+    assert shipped.get_vocab() == built.get_vocab()
+
+
+def test_toy_model_dir_other_seeds_and_prebuilt_false_still_build(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        toy,
+        "_warmup",
+        lambda model, tokenizer, seed: calls.append(seed) or {"steps": 0, "check_accuracy": 0.0, "seconds": 0.0},
+    )
+    assert toy.toy_model_dir(tmp_path, seed=0, prebuilt=False) == tmp_path / f"toy-{toy.TOY_VERSION}-seed0-warm"
+    assert toy.toy_model_dir(tmp_path, seed=1) == tmp_path / f"toy-{toy.TOY_VERSION}-seed1-warm"
+    assert calls == [0, 1]
 
 
 @pytest.mark.slow
@@ -304,3 +328,32 @@ def test_warm_model_has_spread_pass_rates(warm_dir):
     accuracy = sum(rates) / len(rates)
     assert 0.2 < accuracy < 0.7
     assert sum(0 < r < 1 for r in rates) >= 20  # many prompts with a learning signal for GRPO
+
+
+@pytest.mark.slow
+def test_the_warm_up_that_built_the_shipped_model_still_runs(tmp_path, monkeypatch):
+    """The shipped weights spare users the warm-up; its code still runs (cut to 10 steps, so it stops at the cap)."""
+    monkeypatch.setattr(toy, "_WARMUP_MAX_STEPS", 10)
+    monkeypatch.setattr(toy, "_WARMUP_CHECK_EVERY", 5)
+    with pytest.warns(RuntimeWarning, match="10-step cap"):
+        folder = toy.toy_model_dir(tmp_path, prebuilt=False)
+    info = json.loads((folder / "toy_info.json").read_text())
+    assert (info["steps"], info["hit_step_cap"]) == (10, True) and 0.0 <= info["check_accuracy"] < 0.4
+    AutoModelForCausalLM.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(("value", "threads"), [(None, 1), ("", 1), ("3", 3), ("0", 1), ("two", 1)])
+def test_toy_threads_default_to_one_unless_omp_num_threads_says_otherwise(value, threads, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert toy.toy_num_threads() == threads
+    before = torch.get_num_threads()
+    with toy.toy_threads() as inside:
+        assert inside == threads == torch.get_num_threads()
+    assert torch.get_num_threads() == before  # the caller's count comes back
+    try:
+        assert toy.use_toy_threads() == threads == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -51,8 +51,9 @@ class ReinforceAdaConfig(GRPOConfig):
             batching: vLLM (server or colocate) or `use_transformers_continuous_batching=True`. Not for
             `sampling_strategy="estimate"`, whose sizes are fixed before sampling.
         max_in_flight (`int` or `None`, *optional*, defaults to `None`):
-            Streaming: completions each active prompt keeps in flight. `None`: `samples_per_round`, or with
-            `round_sizing="posterior"` the posterior's next-round size (an int caps it).
+            Streaming: the most completions each active prompt keeps in flight. `None`: `samples_per_round`. With
+            `round_sizing="posterior"` a prompt keeps as many as it is expected to still need (from every outcome
+            seen so far, Beta(1, 1) prior), up to this.
         vllm_request_timeout (`float`, *optional*, defaults to `600.0`):
             Streaming in vLLM server mode: seconds a request may go without receiving any data (the server streams
             tokens as they are generated) before it counts as failed.
@@ -150,8 +151,8 @@ class ReinforceAdaConfig(GRPOConfig):
     max_in_flight: int | None = field(
         default=None,
         metadata={
-            "help": "Streaming: completions each active prompt keeps in flight. None: samples_per_round (posterior "
-            "sizing: the posterior's round size)."
+            "help": "Streaming: most completions each active prompt keeps in flight. None: samples_per_round "
+            "(posterior sizing keeps the expected remaining need, up to this)."
         },
     )
     vllm_request_timeout: float = field(

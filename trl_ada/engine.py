@@ -213,6 +213,44 @@ def _plan(
     return best_cost, best_size
 
 
+def expected_remaining_draws(num_positive: int, num_negative: int, num_drawn: int, schedule: Schedule) -> float:
+    """Expected further draws until a prompt stops (its exit rule holds with a full group, or its budget is spent),
+    drawing one at a time, given the outcomes seen so far, under the schedule's Beta prior on its pass rate.
+
+    Streaming with `round_sizing="posterior"` keeps about this many draws in flight for a prompt: many for one whose
+    outcomes so far all agree (it will likely spend its budget, so requests sent early are not wasted), few for one
+    close to its rule (requests beyond its need would be aborted)."""
+    return _expected_remaining(
+        schedule.exit_rule,
+        schedule.group_size,
+        schedule.budget,
+        tuple(map(float, schedule.prior)),
+        num_positive,
+        num_negative,
+        num_drawn,
+    )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _expected_remaining(
+    rule: ExitRule, group_size: int, budget: int, prior: tuple[float, float], pos: int, neg: int, drawn: int
+) -> float:
+    # E[N] = sum over k >= 1 of P(N >= k), and N >= k exactly when the rule still fails after k - 1 more draws (the
+    # counts only grow, so a rule that held earlier still holds). Positives among m draws: Beta-binomial, built up
+    # one draw at a time as in `_plan`.
+    a, b = prior[0] + pos, prior[1] + neg
+    expected, pmf = 0.0, [1.0]
+    for m in range(budget - drawn):
+        full = drawn + m >= group_size
+        expected += sum(q for j, q in enumerate(pmf) if not (full and rule.holds(pos + j, neg + m - j)))
+        total = a + b + m
+        pmf = [
+            ((pmf[j] * (b + m - j) if j <= m else 0.0) + (pmf[j - 1] * (a + j - 1) if j > 0 else 0.0)) / total
+            for j in range(m + 2)
+        ]
+    return expected
+
+
 @dataclass
 class Pool:
     """Every completion drawn for one prompt during a step, with its reward (NaN: unscorable) and round."""
@@ -433,18 +471,17 @@ def sample(
     (a barrier: the slowest completion sets the pace), scores it in one call, and retires prompts whose exit rule
     holds or whose budget is spent. `any_active` and `first_round_sizes` are as in `sample_adaptively`.
 
-    `rollout="streaming"`: no barriers. Each prompt keeps up to `max_in_flight` draws outstanding (default
-    `samples_per_round`, topped up as draws finish; with `round_sizing="posterior"`, the posterior's next-round
-    size, capped by `max_in_flight` when given, submitted once the prompt's previous round is all in, so each
-    prompt runs its own rounds without waiting for the others) and never more than its budget, drawn and in flight
-    together. Completions are scored in the batches the backend returns them. A prompt's pool is the longest prefix
-    of its draws *in request order* whose completions have all finished; the prompt stops at the first prefix where
-    its exit rule holds (with a full group) or its budget is spent, and its draws beyond that prefix are aborted
-    (in flight) or dropped (finished). Since the draws of a prompt are exchangeable, the pool is distributed
-    exactly as the sequential limit's (draw one at a time, stop as soon as the rule holds), whatever the finish
-    order. Stopping on the first completions to *finish* would bias pools toward fast completions (short answers,
-    which are more often right); that variant exists only as `pool_order="finish_order_biased"`, to measure the
-    bias.
+    `rollout="streaming"`: no barriers. Each prompt keeps up to `max_in_flight` draws in flight (default
+    `samples_per_round`), topped up as draws finish; with `round_sizing="posterior"`, as many as it is expected to
+    still need (`expected_remaining_draws`, from every outcome seen so far), capped by that. Drawn and in flight
+    together never exceed its budget. Completions are scored in the batches the backend returns them. A prompt's
+    pool is the longest prefix of its draws *in request order* whose completions have all finished; the prompt
+    stops at the first prefix where its exit rule holds (with a full group) or its budget is spent, and its draws
+    beyond that prefix are aborted (in flight) or dropped (finished). Since the draws of a prompt are exchangeable,
+    and how many are requested never depends on the outcome of an unrequested one, the pool is distributed exactly
+    as the sequential limit's (draw one at a time, stop as soon as the rule holds), whatever the finish order.
+    Stopping on the first completions to *finish* would bias pools toward fast completions (short answers, which
+    are more often right); that variant exists only as `pool_order="finish_order_biased"`, to measure the bias.
     """
     if rollout not in ROLLOUT_SCHEDULES:
         raise ValueError(f"Unknown rollout schedule {rollout!r}; expected one of {ROLLOUT_SCHEDULES}.")
@@ -561,6 +598,8 @@ class _Stream:
             if not batch:
                 raise RuntimeError(f"The backend returned nothing with {self.in_flight} draws in flight.")
             batch = [f for f in batch if f.ticket in self.prompts[self.owner[f.ticket]].in_flight]
+            if not batch:
+                continue  # only draws aborted earlier, which a backend may still report
             self.in_flight -= len(batch)
             self.result.generated_tokens += sum(f.num_tokens for f in batch)
             for f in batch:
@@ -615,11 +654,8 @@ class _Stream:
         prompt = self.prompts[index]
         if prompt.stopped:
             return []
-        outstanding = len(prompt.tickets) - len(prompt.pool)  # in flight, or finished beyond the pool
-        if self.schedule.round_sizing == "posterior" and outstanding:
-            return []  # the posterior plans rounds: a prompt's next one is sized once its last one is all in
         room = self.schedule.budget - len(prompt.tickets)
-        count = min(self._target(prompt) - outstanding, room)
+        count = min(self._target(prompt) - len(prompt.in_flight), room)
         if count <= 0:
             return []
         draws = [Draw(index, self.next_ticket + j) for j in range(count)]
@@ -633,15 +669,18 @@ class _Stream:
         return draws
 
     def _target(self, prompt: _Prompt) -> int:
-        """Draws a prompt keeps outstanding, given its pool so far."""
-        schedule, pool = self.schedule, prompt.pool
+        """Draws a prompt keeps in flight: `max_in_flight` (default `samples_per_round`); with posterior sizing, the
+        expected draws it still needs, from every outcome seen so far (also those waiting behind an unfinished
+        earlier draw: sizing may use them, only the pool may not), capped by that."""
+        schedule = self.schedule
+        cap = self.max_in_flight or schedule.samples_per_round
         if schedule.round_sizing == "fixed":
-            return self.max_in_flight or schedule.samples_per_round
-        # Each wave is one of the prompt's own rounds, without waiting for other prompts: with equal latencies,
-        # streaming submits exactly what rounds would.
-        rounds_left = max(1, schedule.max_rounds - prompt.num_waves)
-        size = posterior_round_size(pool.num_positive, pool.num_negative, len(pool), rounds_left, schedule)
-        return min(size, self.max_in_flight) if self.max_in_flight else size
+            return cap
+        rewards = prompt.pool.rewards + [reward for _, reward, _ in prompt.arrived.values()]
+        positives = sum(reward > schedule.positive_threshold for reward in rewards)
+        negatives = sum(reward <= schedule.positive_threshold for reward in rewards)  # NaN: neither
+        expected = expected_remaining_draws(positives, negatives, len(rewards), schedule)
+        return min(cap, max(1, math.ceil(expected - 1e-9)))
 
     def _submit(self, draws: list[Draw]) -> None:
         if draws:

@@ -1,12 +1,12 @@
 """`python -m trl_ada.gpu_check`: GRPO and Reinforce-Ada a few steps each on one device, offline, with a report.
 
-Builds the toy model locally (`trl_ada.toy`: no model hub, no dataset hub), then trains it with plain
-`GRPOTrainer` and with `ReinforceAdaTrainer` (balanced, rounds of 8, at most 4) through each generation backend the
-installed transformers has: plain `model.generate`, and continuous batching (transformers >= 5.8), where Reinforce-Ada
-runs both under rounds and under `rollout_schedule="streaming"`. Each run starts from the same weights. It checks
-that every logged loss is finite and that training moved the weights, and reports the median step time (the first
-step, which pays for CUDA's start-up, left out when there are more), Ada / GRPO step-time ratios and each run's
-peak GPU memory. Exit status 0 when every run passed, 1 when one did not, 2 on bad arguments.
+Takes the toy model shipped with the package, or builds it locally (`trl_ada.toy`: no model hub, no dataset hub), then
+trains it with plain `GRPOTrainer` and with `ReinforceAdaTrainer` (balanced, rounds of 8, at most 4) through each
+generation backend the installed transformers has: plain `model.generate`, and continuous batching (transformers >=
+5.8), where Reinforce-Ada runs both under rounds and under `rollout_schedule="streaming"`. Each run starts from the
+same weights. It checks that every logged loss is finite and that training moved the weights, and reports the median
+step time (the first step, which pays for CUDA's start-up, left out when there are more), Ada / GRPO step-time ratios
+and each run's peak GPU memory. Exit status 0 when every run passed, 1 when one did not, 2 on bad arguments.
 
 On a GPU (the default, `--device cuda`) training is in bf16 mixed precision (`--dtype`); `--device cpu` runs the
 same code in float32, which is how the tests check the report on a machine without a GPU. vLLM is not used here
@@ -94,9 +94,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model",
         choices=("warm", "cold"),
         default="warm",
-        help="warm (default): the toy model after its supervised warm-up (built once, about 30 s on CPU, then "
-        "cached), trained on the arithmetic reward; cold: the untrained model, trained on a reward that is 1 for "
-        "about half the completions (a hash of their text), so that it has a gradient (fast: for dry runs)",
+        help="warm (default): the toy model after its supervised warm-up (shipped with the package for seed 0, "
+        "else built once, about 30 s on CPU, then cached), trained on the arithmetic reward; cold: the untrained "
+        "model, trained on a reward that is 1 for about half the completions (a hash of their text), so that it has a "
+        "gradient (fast: for dry runs)",
     )
     parser.add_argument(
         "--backends",

@@ -1,14 +1,19 @@
 """An offline toy task for adaptive-sampling RL on CPU: small-integer arithmetic with a tiny Qwen2 model.
 
 Everything here is built locally (no model hub): a byte-level BPE tokenizer with a ChatML template, a ~0.53M
-parameter Qwen2 model, a dataset of prompts such as ``47-8`` with their answers, a binary reward, and a cached
-supervised warm-up that stops once the model is *partly* right. The point of the warm-up is a policy whose
-per-prompt pass rates spread across (0, 1): prompts that are always or never solved give GRPO no gradient, so
-adaptive sampling has something to improve on.
+parameter Qwen2 model, a dataset of prompts such as ``47-8`` with their answers, a binary reward, and a supervised
+warm-up that stops once the model is *partly* right. The point of the warm-up is a policy whose per-prompt pass rates
+spread across (0, 1): prompts that are always or never solved give GRPO no gradient, so adaptive sampling has
+something to improve on.
+
+The warm model for seed 0 ships with the package (``trl_ada/toy_warm``, 2.1 MB): where learning "clicks" during the
+warm-up depends on the last bits of every float operation, so the same code stops at a different step on another
+CPU (500 steps on one machine, 600 on another) and every number measured after it differs. Shipping the weights gives
+every machine the same start; ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
 
 Typical use::
 
-    path = toy_model_dir()  # trains once (~25-50 s on 2 cores), then cached
+    path = toy_model_dir()  # the shipped warm model; instant
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     train, heldout = toy_dataset_split(1024, 256)
@@ -48,6 +53,9 @@ __all__ = [
     "sampled_accuracy",
     "toy_dataset_split",
     "toy_model_dir",
+    "toy_num_threads",
+    "toy_threads",
+    "use_toy_threads",
 ]
 
 TOY_SYSTEM = None  # no system prompt: shorter prompts, and nothing for the tiny model to attend past
@@ -79,6 +87,15 @@ CHATML_TEMPLATE = (
 )
 
 _MAX_POSITIONS = 128
+
+# The warm model for seed 0, as built by the warm-up below (its toy_info.json says where and how).
+SHIPPED_WARM_DIR = pathlib.Path(__file__).resolve().parent / "toy_warm"
+SHIPPED_WARM_SEED = 0
+
+# One torch thread for everything that trains or samples the toy model. Its matrices (hidden size 128, batches of
+# tens of rows) are far too small to split across threads: OpenMP workers spin waiting for work, and when another
+# process holds one of 2 cores a 2-thread run crawls (benchmarks/README.md#threads-for-the-toy-model).
+TOY_NUM_THREADS = 1
 
 # --------------------------------------------------------------------------------------------------------------------
 # Task: problems, datasets and reward
@@ -362,8 +379,9 @@ _WARMUP_CHECK_PROMPTS = 64
 _WARMUP_CHECK_SAMPLES = 4  # 256 samples: a less noisy stopping signal than one sample per prompt, still ~0.2 s
 _WARMUP_CHECK_SEED = 777  # picks the fixed held-out check set (eval side of the split); sampling uses seed 0
 # Where learning "clicks" is sensitive to tiny numeric differences, and the thread count can change the float
-# summation order, so it is fixed. 1 and 2 threads gave bitwise-identical losses here; 2 runs ~38 ms/step, 1 ~58 ms.
-_WARMUP_NUM_THREADS = 2
+# summation order, so it is fixed whatever OMP_NUM_THREADS says. 1 and 2 threads built bitwise-identical models here
+# (500 steps); 1 thread does not crawl when another process holds a core.
+_WARMUP_NUM_THREADS = TOY_NUM_THREADS
 
 
 def _log(message: str) -> None:
@@ -439,6 +457,29 @@ def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTra
     }
 
 
+def toy_num_threads() -> int:
+    """Torch threads for the toy model: ``OMP_NUM_THREADS`` when it is set, else :data:`TOY_NUM_THREADS` (1)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else TOY_NUM_THREADS
+
+
+def use_toy_threads() -> int:
+    """Set torch's intra-op threads for the toy model (see :func:`toy_num_threads`) and return the count."""
+    threads = toy_num_threads()
+    torch.set_num_threads(threads)
+    return threads
+
+
+@contextlib.contextmanager
+def toy_threads() -> Iterator[int]:
+    """Run a block on the toy model's thread count (:func:`toy_num_threads`), then restore the caller's count."""
+    previous = torch.get_num_threads()
+    try:
+        yield use_toy_threads()
+    finally:
+        torch.set_num_threads(previous)
+
+
 @contextlib.contextmanager
 def _num_threads(n: int) -> Iterator[None]:
     previous = torch.get_num_threads()
@@ -483,17 +524,28 @@ def _file_lock(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def toy_model_dir(cache_dir: str | os.PathLike | None = None, warmup: bool = True, seed: int = 0) -> pathlib.Path:
+def toy_model_dir(
+    cache_dir: str | os.PathLike | None = None, warmup: bool = True, seed: int = 0, prebuilt: bool = True
+) -> pathlib.Path:
     """Return a folder holding the saved toy model and tokenizer, building it on first use.
 
     The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``.
-    It lives under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and is named after
-    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``). ``warmup=False`` gives the
-    untrained random model; ``warmup=True`` the supervised warm-up that stops at held-out sampled accuracy >= 0.40.
+    ``warmup=False`` gives the untrained random model; ``warmup=True`` the supervised warm-up that stops at held-out
+    sampled accuracy >= 0.40. For ``warmup=True, seed=0`` that is the folder shipped with the package
+    (:data:`SHIPPED_WARM_DIR`, read-only, the same on every machine) unless ``prebuilt=False``.
 
-    The folder is written to a temporary sibling and renamed into place with the completion marker already inside,
-    so concurrent processes and interrupted runs never see a half-written folder.
+    Built folders live under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and are named after
+    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``). A folder is written to a
+    temporary sibling and renamed into place with the completion marker already inside, so concurrent processes and
+    interrupted runs never see a half-written folder.
     """
+    if warmup and seed == SHIPPED_WARM_SEED and prebuilt:
+        if not (SHIPPED_WARM_DIR / _MARKER).is_file():
+            raise FileNotFoundError(
+                f"the shipped warm toy model is missing from {SHIPPED_WARM_DIR}: reinstall trl-ada, or build it with "
+                "toy_model_dir(prebuilt=False)"
+            )
+        return SHIPPED_WARM_DIR
     root = _cache_root(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"toy-{TOY_VERSION}-seed{seed}-{'warm' if warmup else 'cold'}"

@@ -1,15 +1,18 @@
 """``trl-ada train``: train with ``ReinforceAdaTrainer`` from a YAML recipe and/or command-line flags.
 
-    trl-ada train --config recipes/toy-cpu.yaml
-    trl-ada train --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml --max_steps 100 --output_dir runs/try
-    accelerate launch --config_file recipes/accelerate/zero2.yaml -m trl_ada.train \\
-        --config recipes/qwen2.5-math-1.5b/hard-balanced.yaml
+    trl-ada train --config toy-cpu
+    trl-ada train --config qwen2.5-math-1.5b/hard-balanced --max_steps 100 --output_dir runs/try
+    trl-ada train --config my-recipe.yaml
+    accelerate launch --config_file "$(trl-ada recipes --path accelerate/zero2)" -m trl_ada.train \\
+        --config qwen2.5-math-1.5b/hard-balanced
 
-Every field of ReinforceAdaConfig (all of GRPOConfig plus the sampling fields), trl.ModelConfig and
-trl.DatasetMixtureConfig is a flag, as in TRL's own ``trl grpo`` script; a flag overrides the same key in the YAML.
+--config takes a YAML file or the name of a recipe shipped with the package (`trl-ada recipes` lists them; a file
+of that name wins). Every field of ReinforceAdaConfig (all of GRPOConfig plus the sampling fields), trl.ModelConfig
+and trl.DatasetMixtureConfig is a flag, as in TRL's own ``trl grpo`` script; a flag overrides the same key in the
+YAML.
 
 Built-ins (the ``builtin:`` prefix cannot be a Hub id, so it never shadows a real model or dataset):
-  --model_name_or_path builtin:toy        the toy model after its supervised warm-up (built once, then cached)
+  --model_name_or_path builtin:toy        the toy model after its supervised warm-up (shipped with the package)
   --model_name_or_path builtin:toy-cold   the untrained toy model (smoke tests)
   --dataset_name builtin:toy              the toy arithmetic task (train and test splits)
   --reward_funcs toy | math | <a trl.rewards function> | <dotted.import.path>
@@ -35,6 +38,7 @@ from typing import Any
 from transformers.trainer_callback import ProgressCallback
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser
 
+from .catalog import RecipeNotFound, resolve_config
 from .config import ReinforceAdaConfig
 
 BUILTIN_PREFIX = "builtin:"
@@ -98,13 +102,18 @@ def parse_args(
     """Parse ``--config file.yaml`` and flags into the four dataclasses; unknown keys or flags are a UsageError."""
     argv = sys.argv[1:] if argv is None else list(argv)
     config_path = None
+    for position, arg in enumerate(argv):
+        if arg.startswith("--config="):  # TrlParser reads `--config PATH` only
+            argv[position : position + 1] = ["--config", arg.removeprefix("--config=")]
     if "--config" in argv:
         position = argv.index("--config")
         if position + 1 == len(argv):
-            raise UsageError("--config needs a YAML file.")
-        config_path = argv[position + 1]
-        if not pathlib.Path(config_path).is_file():
-            raise UsageError(f"--config {config_path}: no such file.")
+            raise UsageError("--config needs a YAML file or a packaged recipe's name (`trl-ada recipes` lists them).")
+        try:
+            config_path = str(resolve_config(argv[position + 1]))
+        except RecipeNotFound as error:
+            raise UsageError(error.args[0]) from None
+        argv[position + 1] = config_path
     *parsed, unknown_in_config, unknown_flags = make_parser().parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
@@ -126,7 +135,7 @@ def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
     from transformers.utils import is_torch_bf16_gpu_available, is_torch_cuda_available, is_torch_xla_available
 
     bf16 = (not fp16) if bf16 is None else bf16  # GRPOConfig's default: bf16 unless fp16 is asked for
-    cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (recipes/toy-cpu.yaml does)."
+    cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (the toy-cpu recipe does)."
     if fp16 and not is_torch_cuda_available():
         raise UsageError(f"fp16 mixed precision needs a CUDA GPU and none is visible. {cpu_hint}")
     if bf16 and not use_cpu and not (is_torch_bf16_gpu_available() or is_torch_xla_available()):
@@ -157,7 +166,8 @@ def check_vllm(training_args: ReinforceAdaConfig) -> None:
 
 
 def resolve_model(name: str | None) -> str:
-    """A Hub id or local folder unchanged; a ``builtin:`` toy model built (or found in the cache) and its folder."""
+    """A Hub id or local folder unchanged; a ``builtin:`` toy model's folder (the shipped warm model, or the cold one
+    built in the cache)."""
     if not name:
         raise UsageError(
             "No model: pass --model_name_or_path (a Hub id, a local folder, or builtin:toy for the toy model)."
@@ -315,6 +325,10 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
     check_vllm(training_args)
     rewards = load_rewards(script_args)
     model = resolve_model(model_args.model_name_or_path)
+    if model_args.model_name_or_path in TOY_MODELS:
+        from .toy import use_toy_threads
+
+        use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more spin on matrices this small
     train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args)
 
     model_init_kwargs = dict(

@@ -74,6 +74,8 @@ def sample_streaming(
                 max_in_flight=trainer.args.max_in_flight,
             )
     except Exception as error:  # raised below on every process, or the others would wait forever
+        if trainer.accelerator.num_processes == 1:
+            raise
         failure = error
     message = None if failure is None else f"{type(failure).__name__}: {failure}"
     trainer._raise_on_every_process(message, type(failure) if failure is not None else RuntimeError, failure)

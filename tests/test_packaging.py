@@ -1,0 +1,125 @@
+"""What the wheel holds and does outside the checkout: recipes, accelerate configs, the warm toy model, py.typed, one
+version; and the built wheel, installed in a fresh venv, trains the toy recipe by name."""
+
+import configparser
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import setuptools
+from setuptools.config.setupcfg import read_configuration
+
+import trl_ada
+from trl_ada import catalog, toy
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP_CFG = ROOT / "setup.cfg"
+
+
+def test_the_version_has_one_source():
+    raw = configparser.ConfigParser()
+    raw.read(SETUP_CFG)
+    assert raw["metadata"]["version"] == "attr: trl_ada.__version__"
+    assert read_configuration(SETUP_CFG)["metadata"]["version"] == trl_ada.__version__
+    assert not [line for line in SETUP_CFG.read_text().splitlines() if trl_ada.__version__ in line]
+
+
+def test_every_subpackage_and_the_recipes_are_packaged():
+    options = read_configuration(SETUP_CFG)["options"]
+    found = set(setuptools.find_packages(str(ROOT), include=["trl_ada", "trl_ada.*"]))
+    assert found <= set(options["packages"]), f"list {sorted(found - set(options['packages']))} in setup.cfg"
+    assert options["package_dir"] == {"trl_ada.recipes": "recipes"}  # the top-level folder ships as trl_ada/recipes
+    assert (ROOT / "trl_ada" / "py.typed").is_file() and "py.typed" in options["package_data"]["trl_ada"]
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The wheel, outside the checkout
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def run(command, **kwargs):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """sdist from the checkout, then the wheel from the unpacked sdist, as `python -m build` does: so the sdist must
+    carry everything the wheel needs, and no stale build/ folder of the checkout can leak into the wheel."""
+    out = tmp_path_factory.mktemp("dist")
+    code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"
+    sdist = out / run([sys.executable, "-c", code], cwd=ROOT).stdout.strip().splitlines()[-1]
+    with tarfile.open(sdist) as archive:
+        archive.extractall(out / "src", filter="data")
+    (source,) = (out / "src").iterdir()
+    # No build isolation: setuptools comes from this environment, so the build needs no index (CI is offline).
+    run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(out)],
+        cwd=out,
+    )
+    (built,) = out.glob("trl_ada-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_recipes_configs_the_warm_model_and_py_typed(wheel):
+    files = set(zipfile.ZipFile(wheel).namelist())
+    for name in catalog.names():
+        assert f"trl_ada/recipes/{name}.yaml" in files
+    assert "trl_ada/recipes/README.md" in files and "trl_ada/py.typed" in files
+    for path in toy.SHIPPED_WARM_DIR.iterdir():
+        assert f"trl_ada/toy_warm/{path.name}" in files
+    assert not [name for name in files if name.startswith(("recipes/", "tests/", "benchmarks/"))]
+    assert wheel.name.startswith(f"trl_ada-{trl_ada.__version__}-")
+    metadata = zipfile.ZipFile(wheel).read(f"trl_ada-{trl_ada.__version__}.dist-info/METADATA").decode()
+    assert f"\nVersion: {trl_ada.__version__}\n" in metadata
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_trains_a_packaged_recipe_by_name_outside_the_checkout(wheel, tmp_path):
+    """A fresh venv holding only the wheel (dependencies: this environment's, through a .pth file, since CI has no
+    index). Proves the wheel's contents and entry point work outside the checkout, not that pip resolves the
+    dependencies (which `pip check` confirms this environment satisfies)."""
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)])
+    site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    ours = Path(run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    (site / "deps-from-test-env.pth").write_text(f"{ours}\n")  # appended after site: the wheel's trl_ada comes first
+    run([sys.executable, "-m", "pip", "--python", str(python), "check"])
+
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", "TRL_ADA_CACHE")
+    }
+    env |= {"TRL_ADA_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    work = tmp_path / "work"
+    work.mkdir()
+    trl_ada_cmd = str(venv / "bin" / "trl-ada")
+
+    def in_venv(*args):
+        return run([*args], cwd=work, env=env).stdout
+
+    where = in_venv(str(python), "-c", "import trl_ada.catalog as c; print(c.__file__, c.recipes_dir())")
+    module, recipes = map(Path, where.split())
+    assert module.is_relative_to(site) and recipes == site / "trl_ada" / "recipes"
+    assert in_venv(trl_ada_cmd, "--version").strip() == f"trl-ada {trl_ada.__version__}"
+    listed = [line.split()[0] for line in in_venv(trl_ada_cmd, "recipes").splitlines()]
+    assert listed == catalog.names()
+    zero2 = Path(in_venv(trl_ada_cmd, "recipes", "--path", "accelerate/zero2").strip())
+    assert zero2 == recipes / "accelerate" / "zero2.yaml" and zero2.is_file()
+
+    out = work / "out"
+    stdout = in_venv(
+        trl_ada_cmd, "train", "--config", "toy-cpu", "--max_steps", "2", "--output_dir", str(out),
+        "--eval_strategy", "no", "--eval_on_start", "false", "--disable_tqdm", "true",
+    )  # fmt: skip
+    assert "Reinforce-Ada (balanced) on 1 process(es): 16 prompts x 4 kept completions" in stdout
+    assert (out / "model.safetensors").is_file()
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())  # warm model: the shipped one
+    assert not (work / "recipes").exists()
