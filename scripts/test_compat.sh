@@ -24,12 +24,13 @@ TORCH=${TORCH-torch==2.13.0}
 PYTHON=${PYTHON:-python3}
 TRL_SRC=${TRL_SRC:-}
 # The tests that run GRPOTrainer's code through our overrides: the seams' signatures, real training steps (rounds,
-# Est, streaming through transformers continuous batching), the failure modes, several processes, checkpoint resume,
-# the CLI and its recipes (ReinforceAdaConfig is a GRPOConfig), the trackers, and the GPU check's CPU mode.
+# Est, streaming through transformers continuous batching and through a stand-in vLLM server), the failure modes,
+# several processes, checkpoint resume, the CLI and its recipes (ReinforceAdaConfig is a GRPOConfig), the trackers,
+# and the GPU check's CPU mode.
 COMPAT_TESTS=${COMPAT_TESTS:-"tests/test_compat.py tests/test_config.py tests/test_recipes.py tests/test_trainer.py
-tests/test_trainer_est.py tests/test_streaming_cb.py tests/test_failure_modes.py tests/test_integrations.py tests/test_multiprocess.py
-tests/test_multiprocess_est.py tests/test_multiprocess_faults.py tests/test_resume.py tests/test_resume_est.py
-tests/test_train_cli.py tests/test_gpu_check.py"}
+tests/test_trainer_est.py tests/test_streaming_cb.py tests/test_streaming_server.py tests/test_failure_modes.py
+tests/test_integrations.py tests/test_multiprocess.py tests/test_multiprocess_est.py tests/test_multiprocess_faults.py
+tests/test_resume.py tests/test_resume_est.py tests/test_train_cli.py tests/test_gpu_check.py"}
 
 entries=("$@")
 [[ ${#entries[@]} -gt 0 ]] || read -ra entries <<<"$COMPAT_RELEASES"
