@@ -10,8 +10,10 @@
 #    "streaming"); fails unless every loss is finite and every run moved the weights; prints the Ada / GRPO
 #    step-time ratios and each run's peak GPU memory.
 # 2. Only when `import vllm` works: Reinforce-Ada through TRL's two vLLM modes, colocate then server
-#    (`trl vllm-serve`), on the same toy model, printing the ada/* metrics of each step. This is what needs a GPU
-#    most: the weight sync (colocate load_weights, server NCCL).
+#    (`trl vllm-serve`), on the same toy model, printing the ada/* metrics of each step; server mode also with
+#    rollout_schedule="streaming". This is what needs a GPU most: the weight sync (colocate load_weights, server
+#    NCCL). 3. With the server still up: benchmarks/step_time_vllm.py prints the generation time per step of GRPO
+#    n=4 and n=16, Ada rounds and Ada streaming on this GPU, with the ratios.
 #
 # Needs, beyond what a PyTorch image has (torch with CUDA, transformers, accelerate, numpy, pandas, pyarrow, pyyaml,
 # tqdm, tokenizers, safetensors, huggingface-hub):
@@ -211,4 +213,23 @@ CUDA_VISIBLE_DEVICES=$TRAIN_GPU "$PYTHON" -m trl_ada.train "${TRAIN_ARGS[@]}" \
 echo "== vLLM server: ada/* metrics per step =="
 summarize "$OUTPUT_DIR/server-train.log"
 
-echo "gpu_smoke.sh: part 1 passed; both vLLM modes trained $VLLM_STEPS steps. Logs in $OUTPUT_DIR"
+echo "== vLLM server, rollout_schedule=streaming: training on GPU $TRAIN_GPU =="
+CUDA_VISIBLE_DEVICES=$TRAIN_GPU "$PYTHON" -m trl_ada.train "${TRAIN_ARGS[@]}" \
+    --vllm_mode server \
+    --vllm_server_base_url "http://127.0.0.1:$PORT" \
+    --rollout_schedule streaming \
+    --round_sizing posterior \
+    --output_dir "$OUTPUT_DIR/server-streaming" 2>&1 | tee "$OUTPUT_DIR/server-streaming-train.log"
+echo "== vLLM server, streaming: ada/* metrics per step =="
+summarize "$OUTPUT_DIR/server-streaming-train.log"
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Step time on this GPU's engine: rounds vs streaming, and the ratios to GRPO n=4 and n=16
+# ----------------------------------------------------------------------------------------------------------------
+echo "== part 3: generation time per step on the server, rounds vs streaming (benchmarks/step_time_vllm.py) =="
+"$PYTHON" "$REPO/benchmarks/step_time_vllm.py" --server-url "http://127.0.0.1:$PORT" --model-dir "$MODEL_DIR" \
+    --repeats 3 --output-dir "$OUTPUT_DIR" --name step_time_gpu_toy \
+    --device-note "gpu_smoke.sh, toy model on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+echo "(toy completions are a few tokens long: for the regime of long completions run scripts/step_time_gpu.sh with a real model)"
+
+echo "gpu_smoke.sh: part 1 passed; both vLLM modes trained $VLLM_STEPS steps, server mode also streaming. Logs in $OUTPUT_DIR"
