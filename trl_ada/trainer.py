@@ -45,8 +45,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
     Differences from [`~trl.GRPOTrainer`], all in training mode (evaluation is unchanged):
 
     - `_generate` runs the rounds, each through GRPOTrainer's own `_generate` (transformers, vLLM colocate or vLLM
-      server), and returns exactly `num_generations` rows per prompt, in the original row order.
-    - `_calculate_rewards` returns the rewards already computed during the rounds: nothing is scored twice.
+      server), or, with `rollout_schedule="streaming"`, streams through an engine with continuous batching
+      (`trl_ada.backends`), and returns exactly `num_generations` rows per prompt, in the original row order.
+    - `_generate_single_turn` hands streamed completions to GRPOTrainer's `_generate` for decoding and logging.
+    - `_calculate_rewards` returns the rewards already computed during sampling: nothing is scored twice.
     - `_generate_and_score_completions` replaces the group advantages with pool-level ones and logs `ada/*` metrics.
     """
 
