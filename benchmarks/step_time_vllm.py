@@ -61,6 +61,7 @@ from trl_ada.engine import SamplingResult, Schedule, sample
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import describe, machine_info
+from step_time import BALANCED, BALANCED_POSTERIOR, Method  # the emulated benchmark's methods: same keys and names
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 DEFAULT_NAME = "step_time_vllm_cpu"
@@ -86,20 +87,10 @@ QUIESCE_TIMEOUT = 60.0  # seconds to wait for the server to finish (or drop) eve
 # --------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Method:
-    key: str
-    name: str
-    schedule: Schedule
-    rollout: str = "rounds"
-    max_in_flight: int | None = None
-
-
 def methods(max_in_flight: int | None = None) -> list[Method]:
     """GRPO n=4 and n=16, then Ada-balanced (group 4, budget 8 x 4) in rounds and streaming, fixed and posterior.
     Keys and names follow `benchmarks/step_time.py`. `max_in_flight` is streaming's k (None: samples_per_round)."""
-    balanced = Schedule.from_strategy("balanced", 4, 8, 4)
-    posterior = Schedule.from_strategy("balanced", 4, 8, 4, round_sizing="posterior")
+    balanced, posterior = BALANCED, BALANCED_POSTERIOR
     k = max_in_flight or balanced.samples_per_round
     default = " (default)" if k == balanced.samples_per_round else ""
     return [
