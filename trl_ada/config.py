@@ -9,6 +9,7 @@ from .advantages import WEIGHTINGS
 from .allocation import ALLOCATION_RULES
 from .engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
 from .memory import PassRateMemory
+from .selection import PROMPT_SELECTIONS
 
 BASELINES = ("pool", "group")
 SAMPLING_STRATEGIES = (*STRATEGIES, "estimate")
@@ -113,6 +114,25 @@ class ReinforceAdaConfig(GRPOConfig):
             distinct prompt trained on.
         prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
             Dataset column identifying a prompt in the memory. `None`: a hash of the prompt (text or messages).
+        refill (`bool`, *optional*, defaults to `False`):
+            Replace a prompt whose pool ends with no signal (every reward equal, so every advantage zero) by a fresh
+            prompt from a side stream over the training set, sampled within the same step under the same schedule
+            with a budget of its own; the batch keeps its size and the rows handed to the loss (and logged) belong
+            to the replacement. With `sampling_strategy="uniform"` this is DAPO's dynamic sampling with group
+            filtering, per prompt slot. The side stream is shuffled with `seed`, sharded across processes and saved
+            in checkpoints. Needs a map-style training set with a `prompt` column and no images.
+        max_refills_per_step (`int` or `None`, *optional*, defaults to `None`):
+            The most replacements each process makes per generation batch. `None`: as many as the process has
+            prompts in the batch. A slot can be refilled again when its replacement also has no signal.
+        prompt_selection (`str`, *optional*, defaults to `"none"`):
+            `"pass_rate"`: before sampling, a prompt whose memory counts make its next group almost surely all right
+            or all wrong (`trl_ada.selection.no_signal_probability` >= `selection_threshold`) is sampled only with
+            probability `selection_floor` and otherwise replaced by the next side-stream prompt that passes the same
+            test. Prompts never seen are always sampled.
+        selection_threshold (`float`, *optional*, defaults to `0.8`):
+            Skip a prompt when the probability that its next group carries no signal is at least this.
+        selection_floor (`float`, *optional*, defaults to `0.1`):
+            The probability with which a prompt that would be skipped is sampled anyway, so its memory can change.
 
     > Parameters whose default differs from [`~trl.GRPOConfig`]:
     >
@@ -235,6 +255,32 @@ class ReinforceAdaConfig(GRPOConfig):
         default=None,
         metadata={"help": "Dataset column identifying a prompt in the memory. None: a hash of the prompt."},
     )
+    refill: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace prompts whose pool ends with no signal by fresh prompts from a side stream within the "
+            "step (with sampling_strategy='uniform': DAPO's dynamic sampling)."
+        },
+    )
+    max_refills_per_step: int | None = field(
+        default=None,
+        metadata={"help": "Most replacements per process and generation batch. None: the process's prompts."},
+    )
+    prompt_selection: str = field(
+        default="none",
+        metadata={
+            "help": "'pass_rate': skip (with probability 1 - selection_floor) prompts whose memory says their next "
+            "group is almost surely all right or all wrong, replacing them from the side stream.",
+            "choices": list(PROMPT_SELECTIONS),
+        },
+    )
+    selection_threshold: float = field(
+        default=0.8,
+        metadata={"help": "Skip a prompt when its next group has no signal with at least this probability."},
+    )
+    selection_floor: float = field(
+        default=0.1, metadata={"help": "Probability of sampling a prompt that would be skipped."}
+    )
     scale_rewards: str = field(
         default="none",
         metadata={
@@ -303,6 +349,28 @@ class ReinforceAdaConfig(GRPOConfig):
 
         self._check_estimate()
         self._check_rollout_schedule()
+        self._check_prompt_source()
+
+    def _check_prompt_source(self) -> None:
+        """Refill and prompt selection."""
+        if self.prompt_selection not in PROMPT_SELECTIONS:
+            raise ValueError(f"prompt_selection={self.prompt_selection!r} is not one of {PROMPT_SELECTIONS}.")
+        if not 0.0 < self.selection_threshold <= 1.0:
+            raise ValueError(f"selection_threshold must be in (0, 1], got {self.selection_threshold}.")
+        if not 0.0 < self.selection_floor <= 1.0:
+            raise ValueError(
+                f"selection_floor must be in (0, 1], got {self.selection_floor}: with 0 a skipped prompt would never "
+                "be sampled again, so its memory could never show that it changed."
+            )
+        refills = self.max_refills_per_step
+        if refills is not None and (isinstance(refills, bool) or not isinstance(refills, int) or refills < 0):
+            raise ValueError(f"max_refills_per_step must be an integer >= 0 or None, got {refills!r}.")
+        if self.refill and self.sampling_strategy == "estimate":
+            raise ValueError(
+                "refill=True needs an exit rule and a per-prompt budget to sample a replacement with; "
+                "sampling_strategy='estimate' splits one step's budget across the batch in advance. Use 'uniform' "
+                "(DAPO's dynamic sampling), 'positive' or 'balanced'."
+            )
 
     def _check_rollout_schedule(self) -> None:
         if self.rollout_schedule not in ROLLOUT_SCHEDULES:

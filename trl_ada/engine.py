@@ -13,6 +13,11 @@ One training step, for a batch of prompts:
 Reinforce-Ada-Est is the same loop with a single round whose per-prompt sizes the caller passes in
 (`first_round_sizes`, from `allocation.allocate` over a pass-rate memory) and no exit rule.
 
+Refill (DAPO's dynamic sampling, generalised): a prompt whose pool ends with no signal (every scored reward equal,
+so every advantage is zero) hands its slot in the batch to a fresh prompt from the caller (`refill`), which is
+sampled with a budget of its own while the others go on; the batch keeps its size and the slot trains on whichever
+prompt it ends with.
+
 Completions are opaque handles: the caller's `generate` returns them and `score` turns them into rewards, so the
 same loop runs inside the trainer (handles are row indices into TRL's generation output) and in simulations
 (handles are Bernoulli draws).
@@ -336,6 +341,15 @@ class Request:
 
 GenerateFn = Callable[[list[Request]], list[Any]]
 ScoreFn = Callable[[list[Request], list[Any]], Sequence[float]]
+# refill(prompt_index) -> the index of a fresh prompt to take over that prompt's slot (the next index: the caller has
+# just appended it), or None for no more refills. Called once per pool that ends with no signal.
+RefillFn = Callable[[int], "int | None"]
+
+
+def has_signal(pool: Pool) -> bool:
+    """Whether any two scored rewards of the pool differ. Without that, every advantage of the prompt is zero."""
+    return len(set(pool.scored_rewards)) > 1
+
 
 ROLLOUT_SCHEDULES = ("rounds", "streaming")
 POOL_ORDERS = ("request", "finish_order_biased")
@@ -417,6 +431,19 @@ class SamplingResult:
     aborted_tokens: int = 0  # tokens of draws aborted in flight or dropped after their prompt stopped
     aborted: int = 0  # draws aborted in flight
     dropped: int = 0  # draws that finished after their prompt had stopped (beyond its pool): generated, not used
+    slots: list[int] = field(default_factory=list)  # per prompt of the batch: the pool it ends with (refill)
+    refills: int = 0  # pools replaced by a fresh prompt because they ended with no signal
+
+    @property
+    def kept_pools(self) -> list[Pool]:
+        """The pool each prompt slot of the batch ends with: what is downsampled and trained on."""
+        return [self.pools[i] for i in self.slots]
+
+    @property
+    def replaced_pools(self) -> list[Pool]:
+        """Pools sampled this step and then replaced by refill (their completions are generated, not trained on)."""
+        kept = set(self.slots)
+        return [pool for i, pool in enumerate(self.pools) if i not in kept]
 
 
 def _is_finished(pool: Pool, schedule: Schedule) -> bool:
@@ -464,6 +491,7 @@ def sample(
     any_active: Callable[[bool], bool] = bool,
     first_round_sizes: Sequence[int] | None = None,
     pool_order: str = "request",
+    refill: RefillFn | None = None,
 ) -> SamplingResult:
     """Sample every prompt's pool for one step: the scheduler the trainer, the simulator and the benchmarks share.
 
@@ -482,6 +510,11 @@ def sample(
     as the sequential limit's (draw one at a time, stop as soon as the rule holds), whatever the finish order.
     Stopping on the first completions to *finish* would bias pools toward fast completions (short answers, which
     are more often right); that variant exists only as `pool_order="finish_order_biased"`, to measure the bias.
+
+    `refill`, when given, is called for each pool that ends with no signal (`has_signal`); a fresh prompt it returns
+    takes over that prompt's slot and is sampled under the same schedule with a budget and `max_rounds` of its own,
+    starting in the next round (rounds) or at once (streaming). `SamplingResult.slots` says which pool each of the
+    `num_prompts` slots ends with; the replaced pools stay in `pools` (they were generated and scored).
     """
     if rollout not in ROLLOUT_SCHEDULES:
         raise ValueError(f"Unknown rollout schedule {rollout!r}; expected one of {ROLLOUT_SCHEDULES}.")
@@ -495,12 +528,20 @@ def sample(
                 f"got {first_round_sizes}."
             )
     if rollout == "rounds":
-        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes)
+        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes, refill)
     if first_round_sizes is not None:
         raise ValueError("Sizes fixed in advance (first_round_sizes) make one round with nothing to stream.")
     if max_in_flight is not None and max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1 (or None), got {max_in_flight}.")
-    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order).run()
+    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill).run()
+
+
+def _refilled(refill: RefillFn, index: int, num_pools: int) -> int | None:
+    """Ask `refill` for a prompt to replace prompt `index`; check it is the next prompt index."""
+    new = refill(index)
+    if new is not None and new != num_pools:
+        raise ValueError(f"refill must return the next prompt index, {num_pools}, or None; got {new!r}.")
+    return new
 
 
 def _sample_in_rounds(
@@ -510,17 +551,24 @@ def _sample_in_rounds(
     score: ScoreFn,
     any_active: Callable[[bool], bool],
     first_round_sizes: list[int] | None,
+    refill: RefillFn | None,
 ) -> SamplingResult:
     pools = [Pool(schedule.positive_threshold) for _ in range(num_prompts)]
+    started = [0] * num_prompts  # the round each prompt started in: a refill starts late, with rounds of its own
+    slots = list(range(num_prompts))
+    slot_of = {i: i for i in range(num_prompts)}
     active = list(range(num_prompts))
-    rounds = tickets = in_flight_max = tokens = 0
-    while rounds < schedule.max_rounds and any_active(bool(active)):
-        if rounds == 0 and first_round_sizes is not None:
-            requests = [Request(i, first_round_sizes[i]) for i in active]
-        else:  # a larger first round can leave less than a fixed round of budget: never exceed the budget
-            requests = [
-                Request(i, min(schedule.round_size(pools[i], rounds), schedule.budget - len(pools[i]))) for i in active
-            ]
+    rounds = tickets = in_flight_max = tokens = refills = 0
+    # Without refill every prompt starts in round 0, so the step ends after max_rounds without asking other processes.
+    while (refill is not None or rounds < schedule.max_rounds) and any_active(bool(active)):
+        requests = []
+        for i in active:
+            own_round = rounds - started[i]
+            if own_round == 0 and first_round_sizes is not None and i < num_prompts:
+                requests.append(Request(i, first_round_sizes[i]))
+            else:  # a larger first round can leave less than a fixed round of budget: never exceed the budget
+                size = min(schedule.round_size(pools[i], own_round), schedule.budget - len(pools[i]))
+                requests.append(Request(i, size))
         indices = [r.prompt_index for r in requests for _ in range(r.num_samples)]
         draws = [Draw(i, tickets + j) for j, i in enumerate(indices)]
         tickets += len(draws)
@@ -545,12 +593,27 @@ def _sample_in_rounds(
         start = 0
         for request in requests:
             end = start + request.num_samples
-            pools[request.prompt_index].add(handles[start:end], rewards[start:end], rounds)
+            pools[request.prompt_index].add(
+                handles[start:end], rewards[start:end], rounds - started[request.prompt_index]
+            )
             start = end
-        active = [i for i in active if not _is_finished(pools[i], schedule)]
+        still_active = []
+        for i in active:
+            if not _is_finished(pools[i], schedule) and rounds + 1 - started[i] < schedule.max_rounds:
+                still_active.append(i)
+                continue
+            new = None if refill is None or has_signal(pools[i]) else _refilled(refill, i, len(pools))
+            if new is not None:
+                pools.append(Pool(schedule.positive_threshold))
+                started.append(rounds + 1)
+                slot = slot_of.pop(i)
+                slots[slot], slot_of[new] = new, slot
+                still_active.append(new)
+                refills += 1
+        active = still_active
         rounds += 1
     _mark_resolved(pools, schedule)
-    return SamplingResult(pools, rounds, in_flight_max, tokens)
+    return SamplingResult(pools, rounds, in_flight_max, tokens, slots=slots, refills=refills)
 
 
 def _mark_resolved(pools: list[Pool], schedule: Schedule) -> None:
@@ -582,14 +645,16 @@ class _Stream:
         score: ScoreFn,
         max_in_flight: int | None,
         pool_order: str,
+        refill: RefillFn | None = None,
     ) -> None:
         self.schedule, self.backend, self.score = schedule, backend, score
-        self.max_in_flight, self.pool_order = max_in_flight, pool_order
+        self.max_in_flight, self.pool_order, self.refill = max_in_flight, pool_order, refill
         self.prompts = [_Prompt(Pool(schedule.positive_threshold)) for _ in range(num_prompts)]
         self.owner: dict[int, int] = {}  # ticket -> prompt index
+        self.slot_of = {i: i for i in range(num_prompts)}
         self.next_ticket = 0
         self.in_flight = 0
-        self.result = SamplingResult([p.pool for p in self.prompts], 0)
+        self.result = SamplingResult([p.pool for p in self.prompts], 0, slots=list(range(num_prompts)))
 
     def run(self) -> SamplingResult:
         self._submit([d for i in range(len(self.prompts)) for d in self._top_up(i)])
@@ -618,6 +683,9 @@ class _Stream:
             for index in touched:
                 aborts.extend(self._advance(index))
                 draws.extend(self._top_up(index))
+                new = self._replace(index)
+                if new is not None:
+                    draws.extend(self._top_up(new))
             if aborts:
                 self.in_flight -= len(aborts)
                 self.result.aborted += len(aborts)
@@ -649,6 +717,21 @@ class _Stream:
                 aborts, prompt.in_flight = sorted(prompt.in_flight), set()
                 return aborts
         return []
+
+    def _replace(self, index: int) -> int | None:
+        """Hand a prompt's slot to a fresh prompt (refill) if it has just stopped with no signal."""
+        prompt = self.prompts[index]
+        if self.refill is None or not prompt.stopped or has_signal(prompt.pool) or index not in self.slot_of:
+            return None
+        new = _refilled(self.refill, index, len(self.prompts))
+        if new is None:
+            return None
+        self.prompts.append(_Prompt(Pool(self.schedule.positive_threshold)))
+        self.result.pools.append(self.prompts[new].pool)
+        slot = self.slot_of.pop(index)
+        self.result.slots[slot], self.slot_of[new] = new, slot
+        self.result.refills += 1
+        return new
 
     def _top_up(self, index: int) -> list[Draw]:
         prompt = self.prompts[index]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import random
 import textwrap
@@ -23,8 +24,11 @@ from .backends.rounds import sample_in_rounds
 from .backends.streaming import sample_streaming
 from .checks import RewardFunctionError, RewardGuard, check_reward_columns, excerpt
 from .config import ReinforceAdaConfig
-from .engine import Pool, Request, SamplingResult, Tally, downsample
+from .engine import Pool, RefillFn, Request, SamplingResult, Tally, downsample, has_signal
 from .memory import prompt_key, prompt_text_key
+from .prompt_stream import PromptStream, SidePrompts
+
+STREAM_STATE_FILE = "prompt_stream.json"
 
 logger = logging.get_logger(__name__)
 
@@ -118,6 +122,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 f"prompt_id_column={args.prompt_id_column!r} is not a column of the training dataset ({columns}). "
                 "Name a column that identifies each prompt, or leave it None to identify prompts by their text."
             )
+        self.ada_side_prompts = self._side_prompts() if args.refill or args.prompt_selection != "none" else None
+        self._ada_batch = (-1, 0)  # (global step, generation batch within it) of the latest training _generate
         self._ada_inputs: list[dict[str, Any]] | None = None  # the dataset rows of the step being generated
         self._ada_step: _AdaStep | None = None
         self._ada_warned_context = False  # the prompt-beyond-context warning is given once per run
@@ -126,32 +132,122 @@ class ReinforceAdaTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 1: generation in rounds or streamed
     def _generate(self, prompts: list):
         """In training, sample each prompt's pool (in rounds or streamed) and return `num_generations` kept rows per
-        prompt."""
+        prompt. With prompt selection or refill, a row group may end up holding another prompt of the training set:
+        its entries in `prompts` and in the step's inputs are replaced, so GRPOTrainer logs what was trained on."""
         if self._ada_inputs is None:  # evaluation
             return super()._generate(prompts)
+        step, batch = self._ada_batch
+        self._ada_batch = (self.state.global_step, batch + 1 if step == self.state.global_step else 0)
         group_size = self.num_generations
         starts = _group_starts(prompts, group_size)
         unique_prompts = [prompts[s] for s in starts]
         unique_inputs = [self._ada_inputs[s] for s in starts]
         self._check_prompts(unique_prompts)
         keys = self._memory_keys(unique_prompts, unique_inputs)
-        p_hat = self.ada_memory.p_hat_many(keys)  # before this step's rewards: ODC's weight must not see them
+        skipped = (
+            self._select_prompts(unique_prompts, unique_inputs, keys) if self.args.prompt_selection != "none" else 0
+        )
+        refill = self._refill_from_stream(unique_prompts, unique_inputs, keys) if self.args.refill else None
         parents = (super()._generate, super()._calculate_rewards)
         started = time.perf_counter()
         if self.args.rollout_schedule == "streaming":
-            result, rollouts = sample_streaming(self, unique_prompts, unique_inputs, *parents)
+            result, rollouts = sample_streaming(self, unique_prompts, unique_inputs, *parents, refill=refill)
         else:
-            sizes = self._allocate(p_hat)
-            result, rollouts = sample_in_rounds(self, unique_prompts, unique_inputs, sizes, *parents)
+            sizes = self._allocate(self.ada_memory.p_hat_many(keys))
+            result, rollouts = sample_in_rounds(self, unique_prompts, unique_inputs, sizes, *parents, refill=refill)
         seconds = time.perf_counter() - started
+        p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
         self._update_memory(keys, result.pools)
+        self._retarget_rows(prompts, starts, result.slots, unique_prompts, unique_inputs)
         rng = self._downsample_rng()
         mode = self.args.downsample
-        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.pools]
+        kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.kept_pools]
         rows = [row for group in kept for row in group]
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds)
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds, skipped)
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
+
+    # ------------------------------------------------------------------ prompt selection and refill
+    def _side_prompts(self) -> SidePrompts:
+        """The side stream over the training set that refill and prompt selection draw from."""
+        dataset = self.train_dataset
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or not hasattr(
+            dataset, "column_names"
+        ):
+            raise ValueError(
+                "refill and prompt_selection draw replacement prompts from the training set by index, so they need a "
+                f"map-style datasets.Dataset; got {type(dataset).__name__}."
+            )
+        columns = dataset.column_names
+        if "prompt" not in columns or {"image", "images"} & set(columns) or getattr(self, "environments", None):
+            raise NotImplementedError(
+                "refill and prompt_selection replace a prompt by another row's `prompt` column; they support text "
+                f"or conversational prompts without images or environments (dataset columns: {columns})."
+            )
+        stream = PromptStream(
+            len(dataset), self.args.seed, self.accelerator.process_index, self.accelerator.num_processes
+        )
+        selecting = self.args.prompt_selection != "none"
+        return SidePrompts(
+            dataset,
+            stream,
+            self.ada_memory,
+            key=lambda row: self._memory_key(row["prompt"], row),
+            group_size=self.ada_schedule.round_size(Pool(self.ada_schedule.positive_threshold), 0),
+            threshold=self.args.selection_threshold if selecting else None,
+            floor=self.args.selection_floor,
+        )
+
+    def _select_prompts(self, prompts: list, inputs: list[dict[str, Any]], keys: list[str]) -> int:
+        """`prompt_selection="pass_rate"`: replace, in place, each prompt the selection test skips by the next
+        side-stream prompt that passes it. Returns how many were skipped."""
+        source, rng = self.ada_side_prompts, self._step_rng("select")
+        skipped = 0
+        for i, key in enumerate(keys):
+            if source.keep(key, rng):
+                continue
+            row = source.draw(rng)
+            prompts[i], inputs[i], keys[i] = row["prompt"], row, source.key(row)
+            skipped += 1
+        return skipped
+
+    def _refill_from_stream(self, prompts: list, inputs: list[dict[str, Any]], keys: list[str]) -> RefillFn:
+        """The engine's refill callback: append the next side-stream prompt (one that passes prompt selection, if
+        on) to this step's prompts, up to `max_refills_per_step`."""
+        source, rng = self.ada_side_prompts, self._step_rng("refill")
+        limit = self.args.max_refills_per_step
+        left = len(prompts) if limit is None else limit
+
+        def refill(index: int) -> int | None:
+            nonlocal left
+            if left == 0:
+                return None
+            left -= 1
+            row = source.draw(rng)
+            prompts.append(row["prompt"])
+            inputs.append(row)
+            keys.append(source.key(row))
+            return len(prompts) - 1
+
+        return refill
+
+    def _retarget_rows(self, prompts: list, starts: list[int], slots: list[int], unique_prompts: list, unique_inputs):
+        """Point each row group whose prompt was replaced (selection or refill) at its new prompt, in the lists
+        GRPOTrainer's step goes on to log and to hand to reward functions; one copy of the row per completion, as
+        GRPOTrainer's sampler makes them (a rollout_func's extra fields are written per row)."""
+        for slot, start in enumerate(starts):
+            index = slots[slot]
+            if index == slot and unique_prompts[slot] is prompts[start]:
+                continue
+            for row in range(start, start + self.num_generations):
+                prompts[row] = unique_prompts[index]
+                self._ada_inputs[row] = dict(unique_inputs[index])
+
+    def _step_rng(self, purpose: str) -> random.Random:
+        """An RNG for this generation batch: a function of (seed, process, global step, batch within the step), so a
+        resumed run draws as an uninterrupted one and each generation batch of an optimizer step draws afresh."""
+        step, batch = self._ada_batch
+        return random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{step}-{batch}-{purpose}")
 
     @contextmanager
     def _streaming_backend(self, prompt_ids: list[list[int]]) -> Iterator[TokenBackend]:
@@ -177,9 +273,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
     def _memory_keys(self, prompts: list, inputs: list[dict[str, Any]]) -> list[str]:
         """Each prompt's identity in the memory: its `prompt_id_column` value, else a hash of the prompt."""
         column = self.args.prompt_id_column
-        if column is None:
-            return [prompt_text_key(prompt) for prompt in prompts]
-        missing = next((row for row in inputs if column not in row), None)
+        missing = None if column is None else next((row for row in inputs if column not in row), None)
         message = None
         if missing is not None:
             message = (
@@ -187,7 +281,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 "Add it to the dataset or set prompt_id_column=None to identify prompts by their text."
             )
         self._raise_on_every_process(message, KeyError)  # one process raising alone would hang the others
-        return [prompt_key(row[column]) for row in inputs]
+        return [self._memory_key(prompt, row) for prompt, row in zip(prompts, inputs, strict=True)]
+
+    def _memory_key(self, prompt: Any, row: dict[str, Any]) -> str:
+        column = self.args.prompt_id_column
+        return prompt_text_key(prompt) if column is None else prompt_key(row[column])
 
     def _allocate(self, p_hat: list[float]) -> list[int] | None:
         """Reinforce-Ada-Est: this process's budget, `samples_per_prompt_mean` per prompt, split by the allocation
@@ -208,23 +306,51 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self.ada_memory.update_many(updates)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """Write the pass-rate memory into the checkpoint folder too (before the rest, so a Hub push includes it)."""
+        """Write the pass-rate memory (and the side stream's position on every process) into the checkpoint folder
+        too, before the rest, so a Hub push includes them."""
+        streams = None
+        if self.ada_side_prompts is not None:  # every process calls this, so the gather is safe
+            streams = [self.ada_side_prompts.stream.state_dict()]
+            if self.accelerator.num_processes > 1:
+                streams = gather_object(streams)
         if self.args.should_save:
             checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             output_dir = os.path.join(self._get_output_dir(trial=trial), checkpoint)
             os.makedirs(output_dir, exist_ok=True)
             self.ada_memory.save(output_dir)
+            if streams is not None:
+                with open(os.path.join(output_dir, STREAM_STATE_FILE), "w") as file:
+                    json.dump({"processes": streams}, file)
         super()._save_checkpoint(model, trial)
 
+    def _load_side_stream(self, checkpoint: str | os.PathLike) -> None:
+        """Put this process's side stream where it was when the checkpoint was written."""
+        path = os.path.join(checkpoint, STREAM_STATE_FILE)
+        if not os.path.isfile(path):
+            logger.warning(f"No prompt-stream state in {checkpoint}: refill and selection draw from a fresh stream.")
+            return
+        with open(path) as file:
+            states = json.load(file)["processes"]
+        if len(states) != self.accelerator.num_processes:
+            raise ValueError(
+                f"{path} holds the prompt streams of {len(states)} processes; this run has "
+                f"{self.accelerator.num_processes}. Resume with as many processes as wrote the checkpoint."
+            )
+        self.ada_side_prompts.stream.load_state_dict(states[self.accelerator.process_index])
+
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """[`~transformers.Trainer.train`], restoring the pass-rate memory on every process when resuming. Done here
+        """[`~transformers.Trainer.train`], restoring the pass-rate memory (and the side stream of refill and prompt
+        selection) on every process when resuming. Done here
         rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the
         memory leaves it empty, with a warning."""
         checkpoint = resume_from_checkpoint
         if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
             checkpoint = get_last_checkpoint(self.args.output_dir)
-        if isinstance(checkpoint, str | os.PathLike) and not self.ada_memory.load(checkpoint):
-            logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
+        if isinstance(checkpoint, str | os.PathLike):
+            if not self.ada_memory.load(checkpoint):
+                logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
+            if self.ada_side_prompts is not None:
+                self._load_side_stream(checkpoint)
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
 
     def _downsample_rng(self) -> random.Random:
@@ -325,7 +451,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         if self.args.advantage_baseline == "pool":
             budget = self.ada_schedule.budget
             reference = torch.tensor(
-                [p.rewards + [float("nan")] * (budget - len(p)) for p in step.result.pools], dtype=kept.dtype
+                [p.rewards + [float("nan")] * (budget - len(p)) for p in step.result.kept_pools], dtype=kept.dtype
             ).view(-1, budget)
         else:
             reference = kept
@@ -339,7 +465,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         if self.args.difficulty_weighting == "odc":
             weights = odc_weights(step.p_hat, self.args.max_difficulty_weight).to(kept.dtype)
         else:
-            pass_rate = torch.tensor([p.pass_rate for p in step.result.pools], dtype=kept.dtype)
+            pass_rate = torch.tensor([p.pass_rate for p in step.result.kept_pools], dtype=kept.dtype)
             weights = difficulty_weights(pass_rate, self.args.difficulty_weighting, self.args.max_difficulty_weight)
         advantages = normalized_advantages(kept, baseline, scale, weights)
         return advantages.flatten().to(device), weights
@@ -347,14 +473,19 @@ class ReinforceAdaTrainer(GRPOTrainer):
     def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
         # One gather for every per-step metric: this process's tally, memory pass rates, pool sizes and counters.
         result = step.result
+        kept_pools = result.kept_pools
         counters = (
             step.result.generated_tokens,
             result.aborted_tokens,
             result.in_flight_max,
             step.generation_seconds,
             result.rounds,  # the same on every process under rounds; each process's own under streaming
+            result.refills,
+            step.skipped,
+            sum(not has_signal(pool) for pool in kept_pools),
+            sum(len(pool) for pool in result.replaced_pools),
         )
-        local = (Tally.of(result.pools, weights.tolist()), step.p_hat, [len(pool) for pool in result.pools], counters)
+        local = (Tally.of(kept_pools, weights.tolist()), step.p_hat, [len(pool) for pool in kept_pools], counters)
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         tally = sum((part[0] for part in parts), Tally())
         metrics = tally.metrics(max(part[3][4] for part in parts))
@@ -362,6 +493,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
         metrics["ada/aborted_tokens"] = float(sum(part[3][1] for part in parts))
         metrics["ada/in_flight_max"] = float(max(part[3][2] for part in parts))
         metrics["ada/generation_seconds"] = max(part[3][3] for part in parts)
+        if self.args.refill:
+            metrics["ada/refills"] = float(sum(part[3][5] for part in parts))
+            metrics["ada/refill_samples"] = float(sum(part[3][8] for part in parts))
+            metrics["ada/unfilled"] = float(sum(part[3][7] for part in parts))
+        if self.args.prompt_selection != "none":
+            metrics["ada/skipped"] = float(sum(part[3][6] for part in parts))
         metrics.update(
             self._memory_metrics([p for part in parts for p in part[1]], [n for part in parts for n in part[2]])
         )
@@ -433,6 +570,7 @@ class _AdaStep:
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
     generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
+    skipped: int = 0  # prompts prompt selection replaced before sampling
 
 
 def _as_list(reward_funcs: Any) -> list:

@@ -20,13 +20,19 @@ class Completion:
 
 
 class TokenBackend:
-    """Base of the trainer's streaming backends. Prompts are token ids, one list per prompt of the step; a subclass
+    """Base of the trainer's streaming backends. Prompts are token ids, one list per prompt of the step (`add_prompt`
+    appends one mid-stream, for refill); a subclass
     starts generation in `submit`, reports finished draws through `_finished` from `wait`, and stops draws in
     `abort`. `close` releases whatever the step held (threads, connections, engine requests)."""
 
     def __init__(self, prompt_ids: Sequence[list[int]]) -> None:
         self.prompt_ids = list(prompt_ids)
         self.completions: list[Completion] = []
+
+    def add_prompt(self, prompt_ids: list[int]) -> int:
+        """Make one more prompt available to draws; returns its index."""
+        self.prompt_ids.append(list(prompt_ids))
+        return len(self.prompt_ids) - 1
 
     def _finished(self, draw: Draw, completion_ids: list[int], logprobs: list[float] | None = None) -> Finished:
         """Store a finished completion; its handle is its row in `completions`."""

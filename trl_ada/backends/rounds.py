@@ -16,7 +16,7 @@ import torch
 
 from ..advantages import total_reward
 from ..checks import RewardGuard
-from ..engine import Request, RoundsBackend, SamplingResult, sample
+from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
 
 
 def sample_in_rounds(
@@ -26,10 +26,12 @@ def sample_in_rounds(
     sizes: list[int] | None,
     parent_generate: Callable[[list], tuple],
     parent_rewards: Callable[..., torch.Tensor],
+    refill: RefillFn | None = None,
 ) -> tuple[SamplingResult, Rollouts]:
     """The step's rounds on `trainer`: each round is one call of GRPOTrainer's own `_generate` (`parent_generate`)
     on every process, with the same number of rows everywhere, and one call of its `_calculate_rewards`
-    (`parent_rewards`, which gathers across processes). `sizes` replaces the first round (Reinforce-Ada-Est)."""
+    (`parent_rewards`, which gathers across processes). `sizes` replaces the first round (Reinforce-Ada-Est).
+    `refill` appends a replacement to `prompts` and `inputs` and returns its index (see `engine.sample`)."""
     rollouts = Rollouts(trainer.reward_weights)
 
     def generate(requests: list[Request]) -> list[int]:
@@ -55,7 +57,13 @@ def sample_in_rounds(
 
     backend = RoundsBackend(generate, num_tokens=rollouts.tokens.__getitem__)
     result = sample(
-        len(prompts), trainer.ada_schedule, backend, score, any_active=trainer._any_process, first_round_sizes=sizes
+        len(prompts),
+        trainer.ada_schedule,
+        backend,
+        score,
+        any_active=trainer._any_process,
+        first_round_sizes=sizes,
+        refill=refill,
     )
     return result, rollouts
 

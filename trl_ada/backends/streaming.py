@@ -15,7 +15,7 @@ from accelerate.utils import gather_object
 from ..advantages import total_reward
 from ..checks import RewardFunctionError, RewardGuard
 from ..compat import eos_token_ids
-from ..engine import Request, SamplingResult, sample
+from ..engine import RefillFn, Request, SamplingResult, sample
 from .base import TokenBackend
 from .scoring import decode_completions, local_reward_gather
 
@@ -26,11 +26,12 @@ def sample_streaming(
     inputs: list[dict[str, Any]],
     parent_generate: Callable[[list], tuple],
     parent_rewards: Callable[..., torch.Tensor],
+    refill: RefillFn | None = None,
 ) -> tuple[SamplingResult, Streamed]:
     """Stream through the backend (vLLM server, vLLM colocate or transformers continuous batching). Each process
     streams on its own, with no collective call until the step's generation is over: a failure on one process
     (a reward, a server that stops answering) aborts its requests, and then stops every process with its
-    error."""
+    error. A prompt `refill` appends to `prompts` is tokenized and streamed at once."""
     prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
     trainer._raise_on_every_process(
         "rollout_schedule='streaming' does not take image prompts yet; use rollout_schedule='rounds'."
@@ -44,6 +45,15 @@ def sample_streaming(
         trainer._last_loaded_step = trainer.state.global_step
     streamed: Streamed | None = None
     failure: BaseException | None = None
+
+    def refill_and_tokenize(index: int) -> int | None:
+        new = refill(index)
+        if new is not None:
+            ids = trainer._tokenize_prompts([prompts[new]])[0][0]
+            prompt_ids.append(ids)
+            backend.add_prompt(ids)
+        return new
+
     try:
         with trainer._streaming_backend(prompt_ids) as backend:
             streamed = Streamed(trainer.reward_weights, backend)
@@ -72,6 +82,7 @@ def sample_streaming(
                 score,
                 rollout="streaming",
                 max_in_flight=trainer.args.max_in_flight,
+                refill=None if refill is None else refill_and_tokenize,
             )
     except Exception as error:  # raised below on every process, or the others would wait forever
         if trainer.accelerator.num_processes == 1:
