@@ -31,9 +31,46 @@ from typing import Any
 
 from machine import describe, machine_info
 
-METHODS = ("grpo-4", "grpo-16", "ada-positive", "ada-balanced")
+
+def _method(label: str, group: int, strategy: str | None = None, **options: Any) -> Any:
+    from trl_ada.demo import ToyMethod
+
+    return ToyMethod(label, group, strategy, tuple(options.items()))
+
+
+POSTERIOR = {"round_sizing": "posterior"}
+SELECT = {"prompt_selection": "pass_rate"}
+REFILL = {"refill": True}
+# key -> (method, relative run time for scheduling). GRPO runs with GRPOTrainer itself; everything else with
+# ReinforceAdaTrainer ("uniform" is plain GRPO sampling there, with refill: DAPO's dynamic sampling).
+CATALOG: dict[str, tuple[Any, float]] = {
+    "grpo-4": (_method("GRPO n=4", 4), 1),
+    "grpo-8": (_method("GRPO n=8", 8), 2),
+    "grpo-16": (_method("GRPO n=16", 16), 4),
+    "dapo-4": (_method("DAPO n=4 (refill)", 4, "uniform", **REFILL), 1.5),
+    "grpo-4-select": (_method("GRPO n=4 + selection", 4, "uniform", **SELECT), 1),
+    "dapo-4-select": (_method("DAPO n=4 + selection", 4, "uniform", **REFILL, **SELECT), 1.5),
+    "ada-positive": (_method("Ada-positive 8x4", 4, "positive"), 2),
+    "ada-balanced": (_method("Ada-balanced 8x4", 4, "balanced"), 3),
+    "ada-positive-posterior": (_method("Ada-positive posterior", 4, "positive", **POSTERIOR), 2),
+    "ada-balanced-posterior": (_method("Ada-balanced posterior", 4, "balanced", **POSTERIOR), 3),
+    "ada-positive-4x2": (_method("Ada-positive 4x2", 4, "positive", samples_per_round=4, max_rounds=2), 1.5),
+    "ada-positive-select": (_method("Ada-positive 8x4 + selection", 4, "positive", **SELECT), 2),
+    "ada-positive-refill": (_method("Ada-positive 8x4 + refill", 4, "positive", **REFILL), 2.5),
+    "ada-positive-4x2-select": (
+        _method("Ada-positive 4x2 + selection", 4, "positive", samples_per_round=4, max_rounds=2, **SELECT),
+        1.5,
+    ),
+}
+# The configuration recommended to compute-bound users (README): the best on tokens to target in the last full run.
+RECOMMENDED = "ada-positive-4x2-select"
+_recommended, _cost = CATALOG[RECOMMENDED]
+CATALOG["recommended"] = (
+    _method(f"recommended ({_recommended.label})", 4, _recommended.strategy, **dict(_recommended.options)),
+    _cost,
+)
+METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
-COST = {"grpo-16": 4, "ada-balanced": 3, "ada-positive": 2, "grpo-4": 1}  # relative run time, for scheduling
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -72,6 +109,33 @@ def mean_curve(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return curve
 
 
+def area_under_curve(xs: Sequence[float], accuracies: Sequence[float], budget: float) -> float:
+    """Mean accuracy over x in [0, budget] of the piecewise-linear curve (xs, accuracies), held at accuracies[0]
+    before xs[0] (the accuracy before training, measured at x = 0 when xs[0] = 0). The curve must reach `budget`."""
+    if budget <= 0 or xs[-1] < budget:
+        raise ValueError(f"the curve ends at x = {xs[-1]}, before the budget {budget}")
+    area, previous_x, previous_y = 0.0, 0.0, accuracies[0]
+    for x, y in zip(xs, accuracies, strict=True):
+        if x >= budget:
+            y_at_budget = previous_y + (y - previous_y) * (budget - previous_x) / (x - previous_x)
+            area += (budget - previous_x) * (previous_y + y_at_budget) / 2
+            return area / budget
+        area += (x - previous_x) * (previous_y + y) / 2
+        previous_x, previous_y = x, y
+    return area / budget
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean and sample standard deviation of the values that exist, and how many do not (a seed that never reached
+    the target)."""
+    present = [v for v in values if v is not None]
+    mean = sum(present) / len(present) if present else None
+    std = None
+    if len(present) > 1:
+        std = (sum((v - mean) ** 2 for v in present) / (len(present) - 1)) ** 0.5
+    return {"mean": mean, "std": std, "missing": len(values) - len(present), "values": list(values)}
+
+
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares."""
     by_method: dict[str, list[dict[str, Any]]] = {}
@@ -83,11 +147,29 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     target = curves[BASELINE]["accuracy"][-1]
     base_tokens = crossing(curves[BASELINE]["tokens"], curves[BASELINE]["accuracy"], target)
     base_seconds = crossing(curves[BASELINE]["seconds"], curves[BASELINE]["accuracy"], target)
+    # The area is taken up to the fewest tokens (seconds) any run of any method reached, so every curve covers it.
+    token_budget = min(run["checkpoints"][-1]["tokens"] for run in runs)
+    second_budget = min(run["checkpoints"][-1]["seconds"] for run in runs)
     rows = []
     for key, method_runs in by_method.items():
         curve = curves[key]
         tokens = crossing(curve["tokens"], curve["accuracy"], target)
         seconds = crossing(curve["seconds"], curve["accuracy"], target)
+
+        def per_seed(x: str, method_runs: list[dict[str, Any]] = method_runs) -> list[float | None]:
+            return [
+                crossing([c[x] for c in run["checkpoints"]], [c["accuracy"] for c in run["checkpoints"]], target)
+                for run in method_runs
+            ]
+
+        def areas(x: str, budget: float, method_runs: list[dict[str, Any]] = method_runs) -> list[float]:
+            return [
+                area_under_curve(
+                    [c[x] for c in run["checkpoints"]], [c["accuracy"] for c in run["checkpoints"]], budget
+                )
+                for run in method_runs
+            ]
+
         rows.append(
             {
                 "key": key,
@@ -103,7 +185,18 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "seconds_ratio": _ratio(seconds, base_seconds),
                 "tokens_total": curve["tokens"][-1],
                 "seconds_total": curve["seconds"][-1],
+                "tokens_to_target_per_seed": _spread(per_seed("tokens")),
+                "seconds_to_target_per_seed": _spread(per_seed("seconds")),
+                "auc_tokens": _spread(areas("tokens", token_budget)),
+                "auc_seconds": _spread(areas("seconds", second_budget)),
+                "auc_token_budget": token_budget,
+                "auc_second_budget": second_budget,
                 "samples_per_prompt": _mean([run["samples_per_prompt"] for run in method_runs]),
+                "completions_per_trained_prompt": _mean(
+                    [run["completions_per_trained_prompt"] for run in method_runs]
+                ),
+                "refills_per_step": _mean([run["refills_per_step"] for run in method_runs]),
+                "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
                 "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
                 "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
             }
@@ -125,18 +218,27 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             return "not reached"
         return fmt.format(value) + ("" if ratio is None else f" ({ratio:.2f}x)")
 
+    def spread(cell: dict[str, Any], fmt: str) -> str:
+        if cell["mean"] is None:
+            return "none reached"
+        text = fmt.format(cell["mean"]) + ("" if cell["std"] is None else " ± " + fmt.format(cell["std"]))
+        return text + (f" ({cell['missing']} not)" if cell["missing"] else "")
+
     lines = [
-        "| method | final accuracy (per seed) | tokens to reach target | seconds to reach target | tokens in all "
-        "| samples/prompt | zero-std groups (first round) |",
-        "|---|---|---|---|---|---|---|",
+        "| method | final accuracy (per seed) | tokens to reach target | per seed: mean ± sd "
+        "| seconds to reach target | AUC vs tokens | AUC vs seconds | completions / trained prompt "
+        "| zero-std groups (first round) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per_seed = ", ".join(f"{a:.3f}" for a in r["final_accuracy_per_seed"])
         lines.append(
             f"| {r['method']} | {r['final_accuracy']:.3f} ({per_seed}) "
             f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}')} "
+            f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
             f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}')} "
-            f"| {r['tokens_total']:,.0f} | {r['samples_per_prompt']:.2f} "
+            f"| {spread(r['auc_tokens'], '{:.3f}')} | {spread(r['auc_seconds'], '{:.3f}')} "
+            f"| {r['completions_per_trained_prompt']:.2f} "
             f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
         )
     return "\n".join(lines)
@@ -157,7 +259,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
     train = make_arithmetic_dataset(settings["steps"] * prompts_per_step, seed=seed, split="train")
     heldout = make_arithmetic_dataset(settings["heldout"], seed=1_000_003, split="eval")
     run = train_toy(
-        key,
+        CATALOG[key][0],
         settings["model_dir"],
         train,
         heldout,
@@ -176,7 +278,18 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         f"{run.generated.completion_tokens:,} tokens, {run.train_seconds:.0f}s",
         flush=True,
     )
-    return {"key": key, **run.as_dict()}
+    trained_prompts = settings["steps"] * prompts_per_step
+
+    def per_step(name: str) -> float:  # each log row is TRL's mean over the steps since the last one
+        return sum(row.get(name, 0.0) for row in run.logs) / max(len(run.logs), 1)
+
+    return {
+        "key": key,
+        **run.as_dict(),
+        "completions_per_trained_prompt": run.generated.completions / trained_prompts,
+        "refills_per_step": per_step("ada/refills"),
+        "skipped_per_step": per_step("ada/skipped"),
+    }
 
 
 def _set_threads(threads: int) -> None:
@@ -196,7 +309,7 @@ def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, An
         context = get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_set_threads, initargs=(1,)) as pool:
             # The most expensive runs first, so no worker is left alone with a long run at the end.
-            order = sorted(tasks, key=lambda task: -COST[task[1]])
+            order = sorted(tasks, key=lambda task: -CATALOG[task[1]][1])
             futures = {task: pool.submit(run_one, *task, settings, scratch) for task in order}
             return [futures[task].result() for task in tasks]
 
@@ -235,8 +348,8 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "recommended"], choices=METHODS)
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
     parser.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
     parser.add_argument("--heldout", type=int, help="held-out prompts")

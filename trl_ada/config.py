@@ -129,8 +129,10 @@ class ReinforceAdaConfig(GRPOConfig):
             or all wrong (`trl_ada.selection.no_signal_probability` >= `selection_threshold`) is sampled only with
             probability `selection_floor` and otherwise replaced by the next side-stream prompt that passes the same
             test. Prompts never seen are always sampled.
-        selection_threshold (`float`, *optional*, defaults to `0.8`):
-            Skip a prompt when the probability that its next group carries no signal is at least this.
+        selection_threshold (`float`, *optional*, defaults to `0.5`):
+            Skip a prompt when the probability that its next group carries no signal is at least this. At 0.5 one
+            earlier visit whose group of 4 was all right (or all wrong) suffices; at 0.8 it takes about five in a
+            row (`benchmarks/refill_selection.py` measures both).
         selection_floor (`float`, *optional*, defaults to `0.1`):
             The probability with which a prompt that would be skipped is sampled anyway, so its memory can change.
 
@@ -275,7 +277,7 @@ class ReinforceAdaConfig(GRPOConfig):
         },
     )
     selection_threshold: float = field(
-        default=0.8,
+        default=0.5,
         metadata={"help": "Skip a prompt when its next group has no signal with at least this probability."},
     )
     selection_floor: float = field(

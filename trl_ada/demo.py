@@ -46,6 +46,7 @@ class ToyMethod:
     label: str
     num_generations: int  # the group size the loss sees
     strategy: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # further ReinforceAdaConfig fields, e.g. (("refill", True),)
 
 
 METHODS: dict[str, ToyMethod] = {
@@ -290,6 +291,7 @@ def train_toy(
         config, default_class = GRPOConfig(**settings), GRPOTrainer
     else:
         ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
+        ada.update(spec.options)
         config, default_class = ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
     trainer_class = trainer_class or default_class
     if not issubclass(trainer_class, default_class):

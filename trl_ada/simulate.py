@@ -12,6 +12,12 @@ through the trainer's own engine (`sample_adaptively`, `downsample`, `Tally`), w
   floor the others are measured against.
 - Reinforce-Ada-Est: one round per step, the step's budget split across its prompts by `allocation.allocate` from a
   `PassRateMemory` carried across steps (and epochs), as the trainer does with `sampling_strategy="estimate"`.
+- Refill and prompt selection (`refill=True`, `prompt_selection="pass_rate"` in the trainer) on any engine schedule:
+  the engine's per-slot refill and the trainer's own side stream (`trl_ada.prompt_stream.SidePrompts`) over the same
+  prompt set, with a `PassRateMemory` carried across steps. "DAPO n=4, per slot" is GRPO sampling with refill, what
+  the trainer runs as DAPO; "DAPO n=4" above is verl's batch-level loop, for comparison. Pass rates stay fixed here,
+  so a skipped prompt never changes: the simulator shows the most selection can save, not what a learning policy
+  that drifts away from its memory gets.
 
 The prompt set is fixed and visited `epochs` times (the memory needs repeated visits to learn; the first epoch starts
 from the prior), in a fresh order each epoch after the first. Each prompt's rewards are one fixed stream per epoch
@@ -36,8 +42,9 @@ from pathlib import Path
 import numpy as np
 
 from .allocation import ALLOCATION_RULES, allocate
-from .engine import ExitRule, Pool, Request, Schedule, Tally, downsample, sample_adaptively
+from .engine import ExitRule, Pool, Request, RoundsBackend, Schedule, Tally, downsample, sample, sample_adaptively
 from .memory import PassRateMemory
+from .prompt_stream import PromptStream, SidePrompts
 
 Draw = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -157,6 +164,9 @@ class Strategy:
     refill_batches: int = 0
     is_sequential_limit: bool = False
     estimate: Estimate | None = None
+    refill: bool = False  # per-slot refill through the engine, as the trainer's `refill=True`
+    max_refills: int | None = None  # per step; None: the batch size
+    selection: tuple[float, float] | None = None  # (selection_threshold, selection_floor) of prompt_selection
 
     @classmethod
     def est(cls, group_size: int, estimate: Estimate, name: str | None = None) -> Strategy:
@@ -174,6 +184,10 @@ class Strategy:
     @property
     def has_exit_rule(self) -> bool:
         return self.refill_batches == 0 and self.schedule.exit_rule != ExitRule(0, 0)
+
+    @property
+    def uses_side_stream(self) -> bool:
+        return self.refill or self.selection is not None
 
 
 def sequential_limit(schedule: Schedule) -> Schedule:
@@ -316,6 +330,58 @@ def _run_refill(strategy: Strategy, pass_rates: PassRates, steps: int, batch_siz
     return _outcome(strategy, mean, np.percentile(per_step_samples, 95), rounds, groups, None)
 
 
+def _run_side_stream(
+    strategy: Strategy, rates: np.ndarray, orders: list[np.ndarray], batch_size: int, seed: int
+) -> Outcome:
+    """The trainer's refill and prompt selection: each step's prompts in that epoch's order, skipped prompts and
+    pools with no signal replaced from a `SidePrompts` stream over the same prompts, the memory updated with every
+    pool (replaced ones included). Samples per prompt count every completion drawn per trained prompt."""
+    schedule, rng = strategy.schedule, random.Random(seed)
+    np_rng = np.random.default_rng([seed, 3])
+    memory = PassRateMemory()
+    threshold, floor = strategy.selection if strategy.selection is not None else (None, 1.0)
+    side = SidePrompts(
+        [{"id": i} for i in range(len(rates))],
+        PromptStream(len(rates), seed),
+        memory,
+        key=lambda row: str(row["id"]),
+        group_size=schedule.round_size(Pool(schedule.positive_threshold), 0),
+        threshold=threshold,
+        floor=floor,
+    )
+    tally, rounds, samples, groups, drawn, trained = Tally(), [], [], [], 0, 0
+    for order in orders:
+        for offset in range(0, len(order), batch_size):
+            ids = [int(i) for i in order[offset : offset + batch_size]]
+            for slot, prompt in enumerate(list(ids)):
+                if not side.keep(str(prompt), rng):
+                    ids[slot] = side.draw(rng)["id"]
+            left = batch_size if strategy.max_refills is None else strategy.max_refills
+
+            def refill(index: int, ids: list[int] = ids) -> int | None:
+                nonlocal left
+                if not strategy.refill or left == 0:
+                    return None
+                left -= 1
+                ids.append(side.draw(rng)["id"])
+                return len(ids) - 1
+
+            def generate(requests: list[Request], ids: list[int] = ids) -> list[float]:
+                return [float(u < rates[ids[r.prompt_index]]) for r in requests for u in np_rng.random(r.num_samples)]
+
+            num = len(ids)
+            result = sample(num, schedule, RoundsBackend(generate), _identity_score, refill=refill)
+            memory.update_many((str(ids[i]), p.num_positive, len(p)) for i, p in enumerate(result.pools))
+            kept = result.kept_pools
+            tally += Tally.of(kept)
+            rounds.append(result.rounds)
+            step_samples = sum(len(pool) for pool in result.pools)
+            drawn, trained = drawn + step_samples, trained + num
+            samples.append(step_samples / num)
+            groups.extend(_final_group(pool, schedule.group_size, rng) for pool in kept)
+    return _outcome(strategy, drawn / trained, np.percentile(samples, 95), rounds, groups, tally)
+
+
 def _outcome(
     strategy: Strategy,
     samples_per_prompt: float,
@@ -371,6 +437,8 @@ def simulate(
     for strategy in strategies:
         if strategy.refill_batches:
             outcomes.append(_run_refill(strategy, pass_rates, steps, batch_size, seed))
+        elif strategy.uses_side_stream:
+            outcomes.append(_run_side_stream(strategy, rates, orders, batch_size, seed))
         else:
             rewards = [
                 _Rewards(rates[order], uniforms[order, e * width : (e + 1) * width], order)
