@@ -50,6 +50,9 @@ def fake_run(key, seed, tokens, accuracies, seconds=None, zero_std=0.5):
         "samples_per_prompt": 4.0,
         "frac_zero_std": zero_std,
         "frac_zero_std_first_round": zero_std,
+        "completions_per_trained_prompt": 4.0,
+        "refills_per_step": 0.0,
+        "skipped_per_step": 0.0,
     }
 
 
@@ -75,8 +78,41 @@ def test_summary_ratios_on_seed_averaged_curves():
     assert rows["ada-balanced"]["final_accuracy_per_seed"] == [0.60, 0.64]
     assert rows["ada-balanced"]["frac_zero_std"] == pytest.approx(0.15)
     assert rows["grpo-16"]["tokens_to_target"] is None and rows["grpo-16"]["tokens_ratio"] is None
+    # Seed by seed: GRPO n=4 crosses 0.50 at 900 + 0.06/0.08 * 1000 = 1650 (seed 0) and never (seed 1);
+    # ada-balanced at 3000 * 0.10/0.18 and 3000 * 0.10/0.22.
+    grpo_seeds = rows["grpo-4"]["tokens_to_target_per_seed"]
+    assert grpo_seeds["values"] == [pytest.approx(1650), None] and grpo_seeds["missing"] == 1
+    assert grpo_seeds["std"] is None
+    ada_seeds = rows["ada-balanced"]["tokens_to_target_per_seed"]
+    first, second = 3000 * 0.10 / 0.18, 3000 * 0.10 / 0.22
+    assert ada_seeds["mean"] == pytest.approx((first + second) / 2)
+    assert ada_seeds["std"] == pytest.approx(abs(first - second) / 2**0.5)
+    # Areas up to the fewest tokens any run reached (1900, GRPO n=4 seed 0): seed 0 of GRPO n=4 is two trapezoids,
+    # (900 * 0.42 + 1000 * 0.48) / 1900.
+    assert rows["grpo-4"]["auc_token_budget"] == 1900
+    assert rows["grpo-4"]["auc_tokens"]["values"][0] == pytest.approx((900 * 0.42 + 1000 * 0.48) / 1900)
     table = learning_per_token.markdown_table(list(rows.values()))
-    assert "not reached" in table and "1,500 (0.75x)" in table
+    assert "not reached" in table and "1,500 (0.75x)" in table and "1,650 (1 not)" in table
+
+
+def test_area_under_curve_hand_worked():
+    # Accuracy 0.4 -> 0.6 over [0, 100], flat 0.6 to 200: area to 150 = 100 * 0.5 + 50 * 0.6 = 80, mean 80 / 150.
+    assert learning_per_token.area_under_curve([0, 100, 200], [0.4, 0.6, 0.6], 150) == pytest.approx(80 / 150)
+    # Cut inside a rising segment: to 50, the mean of 0.4 and 0.5.
+    assert learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 50) == pytest.approx(0.45)
+    with pytest.raises(ValueError, match="before the budget"):
+        learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 150)
+
+
+def test_recommended_is_a_catalog_method_under_its_own_name():
+    recommended, _ = learning_per_token.CATALOG["recommended"]
+    source, _ = learning_per_token.CATALOG[learning_per_token.RECOMMENDED]
+    assert (recommended.num_generations, recommended.strategy, recommended.options) == (
+        source.num_generations,
+        source.strategy,
+        source.options,
+    )
+    assert "recommended" in learning_per_token.parse_args(["--methods", "grpo-4", "recommended"]).methods
 
 
 def test_summary_needs_the_baseline():
@@ -181,7 +217,7 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
     saved = json.loads((tmp_path / "tiny.json").read_text())
     assert saved["summary"] == report["summary"]
     assert (tmp_path / "tiny.png").stat().st_size > 0
-    assert "| Ada-positive |" in (tmp_path / "tiny.md").read_text()
+    assert "| Ada-positive 8x4 |" in (tmp_path / "tiny.md").read_text()
     assert [(run["key"], run["seed"]) for run in saved["runs"]] == [
         ("grpo-4", 0),
         ("grpo-4", 1),
