@@ -157,3 +157,50 @@ def test_format_table_aligns_and_marks_missing_values():
     table = format_table(simulate(PassRates.empirical([0.5]), strategies, 16, 16)).splitlines()
     assert len(table) == 3 and len({len(line) for line in table}) == 1
     assert table[2].startswith("| GRPO n=4") and table[2].rstrip(" |").endswith("-")
+
+
+# ------------------------------------------------------------------------------------------------ refill, selection
+def fixed_rates(values):
+    """Pass rates cycling through `values`."""
+    return PassRates("fixed", lambda rng, n: np.resize(np.asarray(values, dtype=float), n))
+
+
+def test_refill_on_prompts_without_signal_spends_the_limit_and_finds_nothing():
+    grpo = Schedule.from_strategy("uniform", 4)
+    strategy = Strategy("DAPO per slot", grpo, refill=True)  # limit: the batch size, so one refill per slot
+    (outcome,) = simulate(fixed_rates([0.0, 1.0]), [strategy], num_prompts=64, batch_size=16, epochs=2)
+    assert outcome.signal == 0.0
+    assert outcome.samples_per_prompt == 8.0  # each slot's 4 plus one replacement's 4
+    assert outcome.rounds == 2.0
+
+
+def test_refill_fills_the_batch_when_the_prompts_can_give_signal():
+    grpo = Schedule.from_strategy("uniform", 4)
+    plain, refilled = simulate(
+        fixed_rates([0.5]),
+        [Strategy("GRPO", grpo), Strategy("DAPO per slot", grpo, refill=True)],
+        num_prompts=2048,
+        batch_size=64,
+    )
+    # A group of 4 at p = 0.5 has no signal with probability 1/8; refilled slots fail again with 1/8, and a slot
+    # runs out of refills only when the batch's 64 are spent (expected 64/8 + 64/64 + ... = 9.1 per step).
+    assert abs(plain.signal - 7 / 8) < 5 * (7 / 8 / 8 / 2048) ** 0.5
+    assert refilled.signal == 1.0
+    assert refilled.samples_per_prompt == pytest.approx(4 * 8 / 7, rel=0.05)  # 4 / P(signal), geometric
+
+
+def test_selection_skips_prompts_known_to_have_no_signal():
+    grpo = Schedule.from_strategy("uniform", 4)
+    rates = fixed_rates([0.0, 1.0, 0.5, 0.5])
+    plain, selected = simulate(
+        rates,
+        [Strategy("GRPO", grpo), Strategy("GRPO + selection", grpo, selection=(0.5, 0.1))],
+        num_prompts=1024,
+        batch_size=64,
+        epochs=4,
+    )
+    assert abs(plain.signal - 0.5 * 7 / 8) < 0.03
+    assert selected.samples_per_prompt == 4.0  # selection changes which prompts are sampled, not how many samples
+    # From the second epoch on, a known 0/1 prompt is sampled with probability 0.1 (and replaced by a 0.5 prompt
+    # or an unseen one otherwise): well above the 0.44 of uniform sampling.
+    assert selected.signal > 0.6
