@@ -123,3 +123,15 @@ def test_continuous_batching_cache_speaks_the_installed_transformers():
     assert cache == {"num_blocks": 64, page: 32, "max_batch_tokens": 256}
     config = ContinuousBatchingConfig(**cache)
     assert (config.num_blocks, getattr(config, page), config.max_batch_tokens) == (64, 32, 256)
+
+
+def test_the_step_logs_the_prompts_list_it_passed_to_generate():
+    """Refill and prompt selection rewrite, in place, the `prompts` list GRPOTrainer hands to `_generate` (and the
+    `inputs` list of the step): the step must go on to log and score those same lists, not copies made before."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    after_generate = source.split("= self._generate(prompts)", 1)
+    assert len(after_generate) == 2, "the step no longer calls self._generate(prompts)"
+    rest = after_generate[1]
+    assert "prompts =" not in rest and "inputs =" not in rest  # neither list is rebound after generation
+    assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in rest
+    assert 'self._logs["prompt"].extend(gather_object(prompts))' in rest

@@ -50,7 +50,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     - `_generate` runs the rounds, each through GRPOTrainer's own `_generate` (transformers, vLLM colocate or vLLM
       server), or, with `rollout_schedule="streaming"`, streams through an engine with continuous batching
-      (`trl_ada.backends`), and returns exactly `num_generations` rows per prompt, in the original row order.
+      (`trl_ada.backends`), and returns exactly `num_generations` rows per prompt, in the original row order. With
+      `prompt_selection` or `refill`, a group of rows may end up holding another prompt of the training set, drawn
+      from a side stream (`trl_ada.prompt_stream`); `_generate` then rewrites that group's entries in the step's
+      prompts and inputs (the lists GRPOTrainer goes on to log and to hand to reward functions).
     - `_generate_single_turn` hands streamed completions to GRPOTrainer's `_generate` for decoding and logging.
     - `_calculate_rewards` returns the rewards already computed during sampling: nothing is scored twice.
     - `_generate_and_score_completions` replaces the group advantages with pool-level ones and logs `ada/*` metrics.
