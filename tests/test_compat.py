@@ -3,6 +3,7 @@
 A failure here names the seam that moved, before the training tests fail somewhere downstream of it."""
 
 import inspect
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -132,6 +133,7 @@ def test_the_step_logs_the_prompts_list_it_passed_to_generate():
     after_generate = source.split("= self._generate(prompts)", 1)
     assert len(after_generate) == 2, "the step no longer calls self._generate(prompts)"
     rest = after_generate[1]
-    assert "prompts =" not in rest and "inputs =" not in rest  # neither list is rebound after generation
+    rebound = re.findall(r"(?<![\w.])(prompts|inputs)\s*=(?!=)", rest)
+    assert not rebound, f"the step rebinds {rebound} after generation"
     assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in rest
     assert 'self._logs["prompt"].extend(gather_object(prompts))' in rest
