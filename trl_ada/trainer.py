@@ -343,9 +343,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """[`~transformers.Trainer.train`], restoring the pass-rate memory (and the side stream of refill and prompt
-        selection) on every process when resuming. Done here
-        rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the
-        memory leaves it empty, with a warning."""
+        selection) on every process when resuming. Done here rather than in `_load_from_checkpoint`, which DeepSpeed
+        runs never call. A checkpoint written without the memory leaves it empty, with a warning."""
         checkpoint = resume_from_checkpoint
         if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
             checkpoint = get_last_checkpoint(self.args.output_dir)
