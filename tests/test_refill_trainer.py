@@ -14,8 +14,8 @@ from trl_ada.trainer import STREAM_STATE_FILE
 
 pytestmark = pytest.mark.slow
 
-# "z*" prompts are never right and "o*" always: their groups carry no signal. "m*" prompts get 1, 0, 1, 0, ... in
-# the order their completions are scored within a call, so any group of 4 from one call holds two of each.
+# "z*" prompts are never right and "o*" always: their groups carry no signal. Each "m*" prompt's completions get
+# 1, 0, 1, 0, ... in the order they are scored, so 4 completions scored in a row hold two of each.
 NO_SIGNAL = ["z0", "z1", "z2", "o0", "o1", "o2"]
 MIXED = ["m0", "m1", "m2", "m3", "m4", "m5"]
 
@@ -27,14 +27,15 @@ class ScriptedReward:
 
     def __init__(self):
         self.scored: set[tuple[str, str]] = set()
+        self.count: dict[str, int] = {}
 
     def __call__(self, completions, key, **kwargs):
-        rewards, seen = [], {}
+        rewards = []
         for completion, k in zip(completions, key, strict=True):
             self.scored.add((k, completion[0]["content"]))
             if k.startswith("m"):
-                seen[k] = seen.get(k, -1) + 1
-                rewards.append(float(seen[k] % 2 == 0))
+                self.count[k] = self.count.get(k, -1) + 1
+                rewards.append(float(self.count[k] % 2 == 0))
             else:
                 rewards.append(float(k.startswith("o")))
         return rewards
