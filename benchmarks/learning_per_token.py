@@ -325,12 +325,13 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
     for index, row in enumerate(rows):
         method_runs = [run for run in runs if run["key"] == row["key"]]
         curve = mean_curve(method_runs)
-        color = f"C{index}"
+        color = plt.get_cmap("tab20")(index % 20)
         for axis, x in zip(axes, ("tokens", "seconds"), strict=True):
             for run in method_runs:
                 xs = [c[x] for c in run["checkpoints"]]
                 axis.plot(xs, [c["accuracy"] for c in run["checkpoints"]], color=color, alpha=0.25, linewidth=0.8)
-            axis.plot(curve[x], curve["accuracy"], color=color, linewidth=2, label=row["method"])
+            style = ("-", "--", ":")[index // 7 % 3]  # colours alone do not tell 14 methods apart
+            axis.plot(curve[x], curve["accuracy"], color=color, linestyle=style, linewidth=2, label=row["method"])
     for axis, label in zip(
         axes, ("completion tokens generated", "training wall time (s), evaluation excluded"), strict=True
     ):
@@ -338,7 +339,7 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
         axis.set_xlabel(label)
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("held-out sampled accuracy")
-    axes[0].legend(title="mean of seeds (thin: each seed)")
+    axes[0].legend(title="mean of seeds (thin: each seed)", fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -6,6 +6,7 @@ in from the paper (see recipes/README.md), not read from the recipes.
 
 import re
 import shlex
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import yaml
 from trl_ada import ReinforceAdaConfig, catalog
 from trl_ada.rewards import resolve_reward
 from trl_ada.train import describe, parse_args
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import learning_per_token  # benchmarks/ is not a package
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if "accelerate" not in p.parts)
@@ -53,7 +57,8 @@ def flat(path: Path) -> dict:
 
 def test_recipes_are_found():
     assert (RECIPES_DIR / "toy-cpu.yaml") in RECIPES
-    assert len(PAPER_RECIPES) == 16  # 2 models x 2 prompt sets x 3 methods, Llama x 3, and Est for 1.5B easy
+    # 2 models x 2 prompt sets x 3 methods, Llama x 3, Est for 1.5B easy, and the recommended one per paper model
+    assert len(PAPER_RECIPES) == 19
     assert {p.stem for p in ACCELERATE} == {"ddp", "zero2", "zero3", "fsdp"}
 
 
@@ -90,8 +95,8 @@ def test_paper_recipe_maps_the_paper_batch_onto_8_gpus(path):
     assert config.lr_scheduler_type == "constant_with_warmup"
     assert (config.learning_rate, config.beta, config.epsilon, config.epsilon_high) == (1e-6, 0.0, 0.2, 0.28)
     assert (config.max_completion_length, config.temperature, config.top_p) == (2048, 1.0, 1.0)
-    if config.sampling_strategy != "uniform":
-        assert (config.samples_per_round, config.max_rounds) == (8, 4)
+    if config.sampling_strategy != "uniform" and not path.stem.endswith("efficient"):
+        assert (config.samples_per_round, config.max_rounds) == (8, 4)  # the paper's rounds
     assert describe(config, PAPER_GPUS).startswith(
         f"Reinforce-Ada ({config.sampling_strategy}) on 8 process(es): 512 prompts x 4 kept completions per "
         "generation, 128 prompts per optimizer step, 4 optimizer steps per generation"
@@ -114,7 +119,7 @@ def differing_keys(a: dict, b: dict) -> set[str]:
 @pytest.mark.parametrize("group", sorted(variants()), ids="/".join)
 def test_methods_of_one_model_and_prompt_set_differ_only_in_sampling(group):
     recipes = variants()[group]
-    assert set(recipes) - {"estimate"} == {"grpo", "positive", "balanced"}
+    assert set(recipes) - {"estimate", "efficient"} == {"grpo", "positive", "balanced"}
     grpo, positive, balanced = (flat(recipes[m]) for m in ("grpo", "positive", "balanced"))
     assert differing_keys(positive, balanced) == {"sampling_strategy"}
     # The authors' GRPO baseline divides advantages by the group std (verl's default); their Ada runs do not.
@@ -125,6 +130,13 @@ def test_methods_of_one_model_and_prompt_set_differ_only_in_sampling(group):
         estimate = flat(recipes["estimate"])
         assert differing_keys(estimate, balanced) <= SAMPLING_FIELDS | ESTIMATE_FIELDS
         assert estimate["sampling_strategy"] == "estimate" and estimate["scale_rewards"] == "none"
+    if "efficient" in recipes:  # the configuration benchmarks/learning_per_token.py recommends, on the same run
+        efficient = flat(recipes["efficient"])
+        assert differing_keys(efficient, positive) == {"samples_per_round", "max_rounds", "prompt_selection"}
+        recommended = dict(learning_per_token.CATALOG["recommended"][0].options)
+        assert efficient["sampling_strategy"] == learning_per_token.CATALOG["recommended"][0].strategy
+        for key in ("samples_per_round", "max_rounds", "prompt_selection"):
+            assert efficient[key] == recommended[key]
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-math-1.5b", "qwen2.5-math-7b"])
