@@ -10,6 +10,7 @@ import os
 import sys
 from collections import Counter
 
+import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
@@ -76,3 +77,7 @@ with open(f"{out_dir}/rank{rank}.json", "w") as f:
         },
         f,
     )
+
+# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

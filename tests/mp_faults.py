@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 
@@ -76,3 +77,7 @@ else:
 finally:
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f)
+
+# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

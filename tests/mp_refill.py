@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 
@@ -79,3 +80,7 @@ with open(f"{out_dir}/rank{rank}.json", "w") as f:
         },
         f,
     )
+
+# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

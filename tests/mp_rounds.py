@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
@@ -61,3 +62,7 @@ logs = [{k: v for k, v in row.items() if k.startswith("ada/")} for row in traine
 logs = [row for row in logs if row]
 with open(f"{out_dir}/rank{rank}.json", "w") as f:
     json.dump({"rows_per_call": rows_per_call, "logs": logs}, f)
+
+# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

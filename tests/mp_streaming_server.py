@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 
+import torch
 import torch.distributed as dist
 from datasets import Dataset
 from standin_vllm_server import attach
@@ -81,3 +82,7 @@ finally:
     result["logs"] = [row for row in logs if row]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f)
+
+# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
