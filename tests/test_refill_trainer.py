@@ -214,3 +214,14 @@ def test_refill_refuses_datasets_it_cannot_draw_from(toy_cold_dir, tmp_path):
     iterable = keyed_dataset(MIXED).to_iterable_dataset()
     with pytest.raises(ValueError, match="map-style"):
         make_trainer(toy_cold_dir, tmp_path, ScriptedReward(), iterable, refill=True, max_steps=1)
+
+
+def test_resume_needs_the_stream_of_every_process(toy_cold_dir, tmp_path):
+    trainer, _ = refill_trainer(toy_cold_dir, tmp_path, MIXED)
+    state = trainer.ada_side_prompts.stream.state_dict()
+    (tmp_path / STREAM_STATE_FILE).write_text(json.dumps({"processes": [state, state]}))
+    with pytest.raises(ValueError, match="2 processes; this run has 1"):
+        trainer._load_side_stream(tmp_path)
+    (tmp_path / STREAM_STATE_FILE).write_text(json.dumps({"processes": [{**state, "position": 3}]}))
+    trainer._load_side_stream(tmp_path)
+    assert trainer.ada_side_prompts.stream.position == 3
