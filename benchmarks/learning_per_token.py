@@ -1,19 +1,23 @@
-"""Learning per generated token: GRPO n=4, GRPO n=16, Ada-positive and Ada-balanced on the toy task, on CPU.
+"""Learning per generated token on the toy task, on CPU: GRPO at 4, 8 and 16 samples, DAPO (refill), pass-rate
+prompt selection, and Reinforce-Ada positive/balanced with fixed or posterior rounds, small rounds, selection, refill.
 
-    python benchmarks/learning_per_token.py           # 3 seeds x 200 steps, 256 held-out prompts x 8 samples
-    python benchmarks/learning_per_token.py --quick   # 30 steps, 128 held-out prompts x 4 samples
+    python benchmarks/learning_per_token.py                             # every method, 5 seeds x 200 steps
+    python benchmarks/learning_per_token.py --methods grpo-4 recommended  # the configuration the README recommends
+    python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
 
 Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir()`), sees the same prompts in the same
-order for a given seed (16 per step), takes the same number of optimizer steps with the same learning rate, loss and
-reward scaling; only the sampling differs. Held-out sampled accuracy is measured every few steps against the
-completion tokens generated so far (counted at GRPOTrainer's generation call, identically for every method) and the
-training wall time (evaluations excluded). Runs go to two one-thread worker processes (faster than one two-thread
-process on 2 cores); wall times are therefore single-thread times.
+order for a given seed (16 per step; selection and refill replace some from their side stream), takes the same number
+of optimizer steps with the same learning rate, loss and reward scaling; only the sampling differs. Held-out sampled
+accuracy is measured every few steps against the completion tokens generated so far (counted at GRPOTrainer's
+generation call, identically for every method: every round, refill and replaced prompt counts) and the training wall
+time (evaluations excluded). Runs go to two one-thread worker processes (faster than one two-thread process on 2
+cores); wall times are therefore single-thread times.
 
 Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
-accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own; final accuracy (mean and
-per seed); zero-std fraction of the groups handed to the loss, averaged over training. Writes JSON, a Markdown table
-and a PNG plot to ``--output-dir``.
+accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own, and per seed (mean and
+sd); the area under each seed's accuracy curve up to the fewest tokens (seconds) any run reached; final accuracy
+(mean and per seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
+averaged over training. Writes JSON, a Markdown table and a PNG plot to ``--output-dir``.
 """
 
 from __future__ import annotations
