@@ -545,3 +545,23 @@ def test_posterior_round_sizes_reach_generation_and_tokens_are_counted(toy_cold_
     # Every generated completion token, kept or not, from the backend's own output.
     assert log["ada/completion_tokens"] == sum(tokens for _, _, tokens in calls)
     assert log["ada/completion_tokens"] > 12 * 3  # more than the 12 kept rows of at most 3 tokens could hold
+
+
+def test_generate_outside_a_training_step_is_grpotrainers_own():
+    """TRL's rollout dispatch test builds a trainer without __init__ and calls `_generate`: it must reach
+    GRPOTrainer's checks (here, a rollout_func that leaves out a required key), not fail on our own state."""
+    from types import SimpleNamespace
+    from unittest.mock import MagicMock
+
+    trainer = object.__new__(ReinforceAdaTrainer)
+    trainer.accelerator = SimpleNamespace(device=torch.device("cpu"), is_main_process=True)
+    trainer.args = SimpleNamespace(report_to=[])
+    trainer.model = SimpleNamespace(training=True)
+    trainer.state = SimpleNamespace(global_step=2)
+    trainer._last_loaded_step = 1
+    trainer.use_vllm = False
+    trainer.vllm_generation = SimpleNamespace(sync_weights=MagicMock())
+    trainer.rollout_func = MagicMock(return_value={"prompt_ids": [[1]], "completion_ids": [[2]]})
+    with pytest.raises(ValueError, match="rollout_func must return keys"):
+        trainer._generate(["prompt"])
+    trainer.rollout_func.assert_called_once()

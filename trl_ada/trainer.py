@@ -137,7 +137,9 @@ class ReinforceAdaTrainer(GRPOTrainer):
         """In training, sample each prompt's pool (in rounds or streamed) and return `num_generations` kept rows per
         prompt. With prompt selection or refill, a row group may end up holding another prompt of the training set:
         its entries in `prompts` and in the step's inputs are replaced, so GRPOTrainer logs what was trained on."""
-        if self._ada_inputs is None:  # evaluation
+        # Evaluation, or a direct call outside a training step (also on a trainer whose __init__ did not run, as
+        # TRL's own dispatch tests build one): GRPOTrainer's generation, with its own checks and errors.
+        if getattr(self, "_ada_inputs", None) is None:
             return super()._generate(prompts)
         step, batch = self._ada_batch
         self._ada_batch = (self.state.global_step, batch + 1 if step == self.state.global_step else 0)
@@ -427,7 +429,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 2: no second scoring
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """In training, the kept rows' rewards were computed during the rounds: return them, gathered."""
-        if self._ada_step is None:
+        if getattr(self, "_ada_step", None) is None:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return gather(self._ada_step.kept_rewards_per_func.to(self.accelerator.device))
 
