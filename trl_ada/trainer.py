@@ -26,6 +26,7 @@ from .checks import RewardFunctionError, RewardGuard, check_reward_columns, exce
 from .config import ReinforceAdaConfig
 from .engine import Pool, RefillFn, Request, SamplingResult, Tally, downsample, has_signal
 from .memory import prompt_key, prompt_text_key
+from .metrics import Moments, reward_metrics, reward_moments
 from .prompt_stream import PromptStream, SidePrompts
 
 STREAM_STATE_FILE = "prompt_stream.json"
@@ -168,7 +169,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
         mode = self.args.downsample
         kept = [[pool.samples[i] for i in downsample(pool, group_size, rng, mode)] for pool in result.kept_pools]
         rows = [row for group in kept for row in group]
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds, skipped)
+        # Each prompt's first num_generations draws in request order: drawn whatever the rewards (see metrics.py).
+        first = [handle for pool in result.pools for handle in pool.samples[:group_size]]
+        first_moments = reward_moments(rollouts.rewards_per_func(first), self.reward_weights)
+        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds, skipped, first_moments)
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
 
@@ -489,8 +493,15 @@ class ReinforceAdaTrainer(GRPOTrainer):
             sum(not has_signal(pool) for pool in kept_pools),
             sum(len(pool) for pool in result.replaced_pools),
         )
-        local = (Tally.of(kept_pools, weights.tolist()), step.p_hat, [len(pool) for pool in kept_pools], counters)
+        local = (
+            Tally.of(kept_pools, weights.tolist()),
+            step.p_hat,
+            [len(pool) for pool in kept_pools],
+            counters,
+            step.first_reward_moments,
+        )
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
+        self._log_honest_rewards([sum(column, Moments()) for column in zip(*(part[4] for part in parts), strict=True)])
         tally = sum((part[0] for part in parts), Tally())
         metrics = tally.metrics(max(part[3][4] for part in parts))
         metrics["ada/completion_tokens"] = float(sum(part[3][0] for part in parts))
@@ -514,6 +525,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
         for _ in range(min(len(all_advantages), len(logged))):
             logged.pop()
         logged.extend(all_advantages)
+
+    def _log_honest_rewards(self, first_draws: list[Moments]) -> None:
+        """GRPOTrainer just logged `reward`, `reward_std` and `rewards/<func>/mean|std` over the kept rows, which
+        downsampling chose by reward: move those to `ada/kept_*` and log the first draws' in their place."""
+        train = self._metrics["train"]
+        for name, value in reward_metrics(first_draws, self.reward_func_names).items():
+            train[f"ada/kept_{name}"].append(train[name][-1])
+            train[name][-1] = value
 
     def _memory_metrics(self, p_hat: list[float], sizes: list[int]) -> dict[str, float]:
         """Mean memory pass rate of the step's prompts (read before the update), the memory's size after it, and
@@ -575,6 +594,7 @@ class _AdaStep:
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
     generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
     skipped: int = 0  # prompts prompt selection replaced before sampling
+    first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
 
 
 def _as_list(reward_funcs: Any) -> list:

@@ -16,7 +16,9 @@ import torch
 
 from ..advantages import total_reward
 from ..checks import RewardGuard
+from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
+from .scoring import length_marks, log_step_lengths
 
 
 def sample_in_rounds(
@@ -56,6 +58,7 @@ def sample_in_rounds(
         return [rollouts.totals[h] for h in handles]
 
     backend = RoundsBackend(generate, num_tokens=rollouts.tokens.__getitem__)
+    marks = length_marks(trainer)
     result = sample(
         len(prompts),
         trainer.ada_schedule,
@@ -65,6 +68,10 @@ def sample_in_rounds(
         first_round_sizes=sizes,
         refill=refill,
     )
+    # GRPOTrainer logged completion lengths once per round (padding rows included); log them once, over the step.
+    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
+    ended = [bool(ids) and ids[-1] in eos_and_pad for ids in rollouts.columns["completion_ids"]]
+    log_step_lengths(trainer, rollouts.tokens, ended, marks)
     return result, rollouts
 
 

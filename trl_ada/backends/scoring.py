@@ -1,4 +1,4 @@
-"""GRPOTrainer's decoding and scoring, usable while streaming.
+"""GRPOTrainer's decoding and scoring, usable while streaming, and the step's completion-length metrics.
 
 Streamed completions are scored in small batches on each process, with no collective call: the processes stream
 independently, and a gather per batch would pair up unrelated batches (or wait forever). GRPOTrainer's
@@ -15,10 +15,12 @@ from typing import Any
 
 import transformers
 import trl.trainer.grpo_trainer as grpo_trainer
+from accelerate.utils import gather_object
 from packaging.version import Version
 from trl.data_utils import is_conversational
 
 from ..compat import parse_response
+from ..metrics import LENGTH_METRICS, length_metrics
 
 
 @contextmanager
@@ -51,3 +53,21 @@ def decode_completions(
         ]
     contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
     return [[{"role": "assistant", "content": content}] for content in contents]
+
+
+def log_step_lengths(trainer: Any, lengths: Sequence[int], ended: Sequence[bool], marks: dict[str, int]) -> None:
+    """Replace the `completions/*` entries GRPOTrainer's `_generate` appended since `marks` (one per generation
+    call) with one entry over every completion of the step on every process: weighted by count, true extremes."""
+    local = list(zip(lengths, ended, strict=True))
+    if trainer.accelerator.num_processes > 1:
+        local = gather_object(local)
+    values = length_metrics([n for n, _ in local], [done for _, done in local])
+    for name, value in values.items():
+        entries = trainer._metrics["train"][name]
+        del entries[marks.get(name, len(entries)) :]
+        entries.append(value)
+
+
+def length_marks(trainer: Any) -> dict[str, int]:
+    """Where each `completions/*` metric's entries stand before a step's generation calls."""
+    return {name: len(trainer._metrics["train"][name]) for name in LENGTH_METRICS}

@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
 
 from ..advantages import total_reward
 from ..checks import RewardFunctionError, RewardGuard
 from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, SamplingResult, sample
 from .base import TokenBackend
-from .scoring import decode_completions, local_reward_gather
+from .scoring import decode_completions, length_marks, local_reward_gather, log_step_lengths
 
 
 def sample_streaming(
@@ -118,24 +117,11 @@ def log_streamed_lengths(trainer: Any, backend: TokenBackend, prompt_ids: list[l
         for row, c in enumerate(backend.completions)
         if row not in kept_set
     )
-    if trainer.accelerator.num_processes > 1:
-        local = gather_object(local)
     extra_tokens = trainer._sum_over_processes(extra_tokens)
     trainer.state.num_input_tokens_seen += extra_tokens
     trainer._metrics["train"]["num_tokens"] = [trainer.state.num_input_tokens_seen]
-    lengths = [n for n, _ in local]
-    terminated = [n for n, ended in local if ended] or [0]
-    values = {
-        "completions/mean_length": sum(lengths) / len(lengths),
-        "completions/min_length": min(lengths),
-        "completions/max_length": max(lengths),
-        "completions/clipped_ratio": sum(not ended for _, ended in local) / len(local),
-        "completions/mean_terminated_length": sum(terminated) / len(terminated),
-        "completions/min_terminated_length": min(terminated),
-        "completions/max_terminated_length": max(terminated),
-    }
-    for name, value in values.items():
-        trainer._metrics["train"][name][-1] = float(value)
+    marks = {name: count - 1 for name, count in length_marks(trainer).items()}  # the replay's one entry
+    log_step_lengths(trainer, [n for n, _ in local], [ended for _, ended in local], marks)
 
 
 @dataclass
