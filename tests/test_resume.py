@@ -85,20 +85,24 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(toy_cold_dir, tmp_p
         assert {k: after[step][k] for k in same_keys} == {k: uninterrupted[step][k] for k in same_keys}
 
 
-def test_downsampling_rng_is_a_function_of_seed_process_and_step_only():
-    def stand_in(seed, process, step):
+def test_downsampling_rng_is_a_function_of_seed_process_step_and_batch_only():
+    def stand_in(seed, process, step, batch=0):
         return SimpleNamespace(
             args=SimpleNamespace(seed=seed),
             accelerator=SimpleNamespace(process_index=process),
             state=SimpleNamespace(global_step=step),
+            _ada_batch=(step, batch),
         )
 
-    def draws(seed, process, step):
-        rng = ReinforceAdaTrainer._downsample_rng(stand_in(seed, process, step))
+    def draws(seed, process, step, batch=0):
+        rng = ReinforceAdaTrainer._downsample_rng(stand_in(seed, process, step, batch))
         return [rng.random() for _ in range(4)]
 
     # No state carried between calls (a resumed run rebuilds it from the step alone) ...
     assert draws(0, 0, 7) == draws(0, 0, 7)
-    # ... and each of the three changes the draw.
+    # ... and each of the four changes the draw: the second generation batch of a step draws afresh.
     base = draws(0, 0, 7)
-    assert draws(1, 0, 7) != base and draws(0, 1, 7) != base and draws(0, 0, 8) != base
+    assert draws(1, 0, 7) != base and draws(0, 1, 7) != base and draws(0, 0, 8) != base and draws(0, 0, 7, 1) != base
+    # The first batch's seed is the one earlier releases used, so their runs resume and reproduce unchanged.
+    legacy = __import__("random").Random("0-0-7")
+    assert base == [legacy.random() for _ in range(4)]

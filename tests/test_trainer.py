@@ -565,3 +565,30 @@ def test_generate_outside_a_training_step_is_grpotrainers_own():
     with pytest.raises(ValueError, match="rollout_func must return keys"):
         trainer._generate(["prompt"])
     trainer.rollout_func.assert_called_once()
+
+
+def test_generation_batches_within_an_optimizer_step_are_numbered(toy_cold_dir, tmp_path):
+    """With gradient_accumulation_steps=2 and steps_per_generation=1 an optimizer step generates twice: the second
+    batch must get its own selection/refill/downsampling RNG, not the first one's again."""
+    seen = []
+
+    class Spy(ReinforceAdaTrainer):
+        def _downsample_rng(self):
+            seen.append(self._ada_batch)
+            return super()._downsample_rng()
+
+    reward = bernoulli_reward({"a": 0.5, "b": 0.5})
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        reward,
+        keyed_dataset(["a", "b"] * 4),
+        trainer_cls=Spy,
+        gradient_accumulation_steps=2,
+        steps_per_generation=1,
+        per_device_train_batch_size=4,
+        samples_per_round=4,
+        max_rounds=2,
+    )
+    trainer.train()
+    assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]

@@ -362,9 +362,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
 
     def _downsample_rng(self) -> random.Random:
-        """The step's downsampling RNG: a function of (seed, process, global step) only, so a resumed run draws the
-        same kept rows as an uninterrupted one without saving any RNG state."""
-        return random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{self.state.global_step}")
+        """This generation batch's downsampling RNG: a function of (seed, process, global step, batch within the
+        step) only, so a resumed run draws the same kept rows as an uninterrupted one without saving any RNG state,
+        and the generation batches of one optimizer step (`steps_per_generation < gradient_accumulation_steps`)
+        each draw afresh. The first batch of a step keeps the seed string it always had."""
+        step = self.state.global_step
+        batch = getattr(self, "_ada_batch", (step, 0))[1]
+        suffix = f"-{batch}" if batch else ""
+        return random.Random(f"{self.args.seed}-{self.accelerator.process_index}-{step}{suffix}")
 
     @contextmanager
     def _reward_funcs_as(self, funcs: list) -> Iterator[None]:
