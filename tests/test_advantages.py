@@ -179,3 +179,20 @@ def test_difficulty_weight_cap_is_never_exceeded(rates, max_weight, scheme, dtyp
         assert w >= 1.0 - 1e-6
         raw = math.inf if p == 0 else (1 / math.sqrt(p) if scheme == "inv_sqrt_p" else 1 / p)
         assert w == pytest.approx(min(raw, max_weight), rel=1e-5)
+
+
+def test_normalize_then_sum_hand_worked():
+    from trl_ada.advantages import normalize_then_sum
+
+    nan = float("nan")
+    # One prompt; its pool of 3: function a gives 1, 0, 1 (mean 2/3, std sqrt(1/3)); function b gives 0.5, 0.5 and
+    # could not score the third (mean 0.5, std 0). Kept: the first two. Weights a = 1, b = 2.
+    reference = torch.tensor([[[1.0, 0.5], [0.0, 0.5], [1.0, nan]]])
+    kept = reference[:, :2]
+    summed = normalize_then_sum(kept, reference, torch.tensor([1.0, 2.0]))
+    std_a = (1 / 3) ** 0.5
+    expected = [(1 - 2 / 3) / (std_a + 1e-4) + 2 * 0.0, (0 - 2 / 3) / (std_a + 1e-4) + 2 * 0.0]
+    assert summed[0].tolist() == pytest.approx(expected)
+    # A row no function scored stays NaN (TRL then gives it advantage 0).
+    unscored = torch.tensor([[[nan, nan], [1.0, 0.5]]])
+    assert torch.isnan(normalize_then_sum(unscored, unscored, torch.ones(2))[0, 0])

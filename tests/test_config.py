@@ -82,7 +82,6 @@ def test_explicit_exit_counts_override(make):
         ({"samples_per_round": 0}, ["samples_per_round"]),
         ({"max_rounds": 0}, ["max_rounds"]),
         ({"samples_per_round": -2}, ["samples_per_round"]),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation"]),
         ({"positive_threshold": math.nan}, ["positive_threshold"]),
     ],
 )

@@ -54,11 +54,6 @@ def config(tmp_path, **kwargs):
             id="estimate_mean_outside_bounds",
         ),
         pytest.param({"allocation_rule": "greedy"}, ["allocation_rule"], id="estimate_unknown_allocation_rule"),
-        pytest.param(
-            {"multi_objective_aggregation": "normalize_then_sum"},
-            ["multi_objective_aggregation", "sum_then_normalize"],
-            id="aggregation_before_the_threshold",
-        ),
     ],
 )
 def test_config_invalid_knob_is_rejected_naming_it(tmp_path, kwargs, named):

@@ -592,3 +592,49 @@ def test_generation_batches_within_an_optimizer_step_are_numbered(toy_cold_dir, 
     )
     trainer.train()
     assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("baseline", ["pool", "group"])
+def test_normalize_then_sum_uses_pool_statistics_per_function(toy_cold_dir, tmp_path, baseline):
+    """Two reward functions with weights: the trainer's advantages against numpy on what sampling recorded."""
+    import numpy as np
+
+    captured = []
+
+    class Spy(ReinforceAdaTrainer):
+        def _pool_advantages(self, step):
+            advantages, weights = super()._pool_advantages(step)
+            captured.append((step.kept_rewards_per_func.clone(), step.pool_rewards_per_func, advantages.clone()))
+            return advantages, weights
+
+    coin = bernoulli_reward({"a": 0.3, "b": 0.6, "c": 0.5, "d": 0.2})
+    rng = random.Random(1)
+
+    def graded(completions, key, **kwargs):  # a second objective on another scale
+        return [rng.choice([0.0, 2.0, 5.0]) for _ in key]
+
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        [coin, graded],
+        keyed_dataset(["a", "b", "c", "d"] * 2),
+        trainer_cls=Spy,
+        per_device_train_batch_size=16,
+        reward_weights=[1.0, 0.5],
+        multi_objective_aggregation="normalize_then_sum",
+        advantage_baseline=baseline,
+        samples_per_round=4,
+        max_rounds=2,
+    )
+    trainer.train()
+    weights = np.array([1.0, 0.5])
+    for kept, pools, advantages in captured:
+        kept = kept.numpy().reshape(4, 4, 2)
+        sums = []
+        for prompt in range(4):
+            reference = pools[prompt].numpy() if baseline == "pool" else kept[prompt]
+            mean, std = reference.mean(axis=0), reference.std(axis=0, ddof=1)
+            sums.append((((kept[prompt] - mean) / (std + 1e-4)) * weights).sum(axis=1))
+        sums = np.concatenate(sums)
+        expected = (sums - sums.mean()) / (sums.std(ddof=1) + 1e-4)
+        assert advantages.numpy() == pytest.approx(expected, abs=1e-5)

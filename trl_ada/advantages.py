@@ -97,6 +97,20 @@ def odc_weights(p_hat: torch.Tensor | list[float], max_weight: float = 4.0) -> t
     return difficulty_weights(p_hat, "inv_p", max_weight)
 
 
+def normalize_then_sum(
+    kept: torch.Tensor, reference: torch.Tensor, weights: torch.Tensor, eps: float = EPS
+) -> torch.Tensor:
+    """TRL's `multi_objective_aggregation="normalize_then_sum"` with Reinforce-Ada's statistics: each reward
+    function's rewards of the kept rows `kept` (P, G, F) are standardised with the mean and std of the prompt's
+    reference set `reference` (P, N, F; the pool or the kept group, NaN-padded), weighted and summed over the `F`
+    functions. A function's std is 0 where the set holds fewer than two of its rewards; a row no function scored is
+    NaN, as in TRL. The caller then standardises the sums over the whole batch, as TRL does."""
+    mean, std = nan_mean_std(reference, dim=1)
+    normalized = (kept - mean.unsqueeze(1)) / (torch.nan_to_num(std, nan=0.0).unsqueeze(1) + eps)
+    summed = (normalized * weights.to(kept.device)).nansum(dim=-1)
+    return summed.masked_fill(torch.isnan(kept).all(dim=-1), float("nan"))
+
+
 def total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted sum over reward functions; NaN when no function could score the completion (as in TRL)."""
     total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)

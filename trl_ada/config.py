@@ -320,11 +320,6 @@ class ReinforceAdaConfig(GRPOConfig):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0 (or None to derive it from the strategy), got {value}.")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                "Reinforce-Ada classifies and baselines completions by their total weighted reward, so it needs "
-                f"multi_objective_aggregation='sum_then_normalize', got {self.multi_objective_aggregation!r}."
-            )
         rule = self.exit_rule
         if rule.min_positives + rule.min_negatives > self.num_generations:
             raise ValueError(

@@ -17,7 +17,14 @@ from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import difficulty_weights, nan_mean_std, normalized_advantages, odc_weights, total_reward
+from .advantages import (
+    difficulty_weights,
+    nan_mean_std,
+    normalize_then_sum,
+    normalized_advantages,
+    odc_weights,
+    total_reward,
+)
 from .allocation import allocate
 from .backends.base import TokenBackend
 from .backends.rounds import sample_in_rounds
@@ -172,7 +179,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
         # Each prompt's first num_generations draws in request order: drawn whatever the rewards (see metrics.py).
         first = [handle for pool in result.pools for handle in pool.samples[:group_size]]
         first_moments = reward_moments(rollouts.rewards_per_func(first), self.reward_weights)
-        self._ada_step = _AdaStep(result, rollouts.rewards_per_func(rows), p_hat, seconds, skipped, first_moments)
+        pool_rewards = None
+        if self.args.multi_objective_aggregation == "normalize_then_sum":
+            pool_rewards = [rollouts.rewards_per_func(pool.samples) for pool in result.kept_pools]
+        self._ada_step = _AdaStep(
+            result, rollouts.rewards_per_func(rows), p_hat, seconds, skipped, first_moments, pool_rewards
+        )
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
 
@@ -480,8 +492,31 @@ class ReinforceAdaTrainer(GRPOTrainer):
         else:
             pass_rate = torch.tensor([p.pass_rate for p in step.result.kept_pools], dtype=kept.dtype)
             weights = difficulty_weights(pass_rate, self.args.difficulty_weighting, self.args.max_difficulty_weight)
-        advantages = normalized_advantages(kept, baseline, scale, weights)
+        if self.args.multi_objective_aggregation == "normalize_then_sum":
+            summed = self._normalized_sums(step)
+            batch_mean, batch_std = nan_mean_std(gather(summed.to(device)).flatten().cpu())  # as TRL, over the batch
+            advantages = normalized_advantages(summed, batch_mean, batch_std, weights)
+        else:
+            advantages = normalized_advantages(kept, baseline, scale, weights)
         return advantages.flatten().to(device), weights
+
+    def _normalized_sums(self, step: _AdaStep) -> torch.Tensor:
+        """`normalize_then_sum`: each reward function standardised with the prompt's pool (or, with
+        `advantage_baseline="group"`, kept-group) statistics, then weighted and summed; (P, G)."""
+        num_funcs = len(self.reward_funcs)
+        kept = step.kept_rewards_per_func.view(-1, self.num_generations, num_funcs)
+        if self.args.advantage_baseline == "pool":
+            budget = self.ada_schedule.budget
+            padding = torch.full((budget, num_funcs), float("nan"), dtype=kept.dtype)
+            reference = torch.stack(
+                [
+                    torch.cat([rewards.to(kept.dtype), padding[len(rewards) :]])
+                    for rewards in step.pool_rewards_per_func
+                ]
+            )
+        else:
+            reference = kept
+        return normalize_then_sum(kept, reference, self.reward_weights.to(kept.dtype))
 
     def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
         # One gather for every per-step metric: this process's tally, memory pass rates, pool sizes and counters.
@@ -600,6 +635,7 @@ class _AdaStep:
     generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
     skipped: int = 0  # prompts prompt selection replaced before sampling
     first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
+    pool_rewards_per_func: list[torch.Tensor] | None = None  # per kept pool (N, reward functions): normalize_then_sum
 
 
 def _as_list(reward_funcs: Any) -> list:
