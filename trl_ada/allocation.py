@@ -7,7 +7,10 @@ their scores), then rounded to integers by largest remainder, which keeps both t
 | rule               | score(p)          | origin                                                           |
 |--------------------|-------------------|------------------------------------------------------------------|
 | `inv_sqrt_p`       | 1 / sqrt(p)       | the paper's Algorithm 1 (default)                                |
-| `inv_p`            | 1 / p             | the authors' code: about K / p draws give K positives            |
+| `inv_p`            | 1 / p             | the score of the authors' code: about K / p draws give K         |
+|                    |                   | positives (their code gives every prompt 1 sample plus a share   |
+|                    |                   | of the rest proportional to 1 / p, uncapped; here, as for every  |
+|                    |                   | rule, the shares are water-filled within the bounds)             |
 | `variance_optimal` | sqrt((1 - p) / p) | the paper's appendix: minimises sum (1 - p) / (p n), the summed  |
 |                    |                   | variance of the prompts' 1/p-weighted (log-objective) estimates  |
 

@@ -99,8 +99,10 @@ class ReinforceAdaConfig(GRPOConfig):
             `"estimate"`: most completions a prompt gets. `None`: `samples_per_round * max_rounds`, Seq's budget.
         allocation_rule (`str`, *optional*, defaults to `"inv_sqrt_p"`):
             `"estimate"`: each prompt's share of the budget, from its memory pass rate `p_hat`: `1/sqrt(p_hat)`
-            (`"inv_sqrt_p"`, the paper's Algorithm 1), `1/p_hat` (`"inv_p"`, the authors' code) or
-            `sqrt((1 - p_hat)/p_hat)` (`"variance_optimal"`, the paper's appendix); clipped to the bounds above.
+            (`"inv_sqrt_p"`, the paper's Algorithm 1), `1/p_hat` (`"inv_p"`, the score of the authors' code, which
+            gives every prompt 1 sample plus a share of the rest proportional to 1/p, uncapped) or
+            `sqrt((1 - p_hat)/p_hat)` (`"variance_optimal"`, the paper's appendix). Every rule's shares are
+            water-filled within the bounds above (`min_samples_per_prompt` to `max_samples_per_prompt`).
         pass_rate_alpha (`float`, *optional*, defaults to `1.0`):
             Beta prior of the pass-rate memory (positives): `p_hat = (alpha + N_pos) / (alpha + beta + N_total)`, so
             a prompt never seen starts at `alpha / (alpha + beta)` = 1/17 (assumed hard). The memory is kept under
@@ -240,7 +242,7 @@ class ReinforceAdaConfig(GRPOConfig):
         default="inv_sqrt_p",
         metadata={
             "help": "estimate: budget share per prompt from its memory pass rate p: 1/sqrt(p) (paper), 1/p "
-            "(authors' code) or sqrt((1-p)/p) (variance-optimal).",
+            "(the authors' score) or sqrt((1-p)/p) (variance-optimal), within the per-prompt bounds.",
             "choices": list(ALLOCATION_RULES),
         },
     )
