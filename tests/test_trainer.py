@@ -638,3 +638,44 @@ def test_normalize_then_sum_uses_pool_statistics_per_function(toy_cold_dir, tmp_
         sums = np.concatenate(sums)
         expected = (sums - sums.mean()) / (sums.std(ddof=1) + 1e-4)
         assert advantages.numpy() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_truncated_completions_count_as_neither_when_masked(toy_cold_dir, tmp_path, monkeypatch, mask):
+    """With mask_truncated_completions=True GRPOTrainer masks truncated completions out of the loss; the exit rule,
+    the pass rate and the pool baseline leave them out too (otherwise a prompt could stop on masked negatives)."""
+    import trl_ada.trainer as trainer_module
+
+    captured = []
+    original = trainer_module.sample_in_rounds
+
+    def spy(*args, **kwargs):
+        result, rollouts = original(*args, **kwargs)
+        captured.append((result, rollouts))
+        return result, rollouts
+
+    monkeypatch.setattr(trainer_module, "sample_in_rounds", spy)
+    trainer = make_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward({"a": 0.0, "b": 0.0}),  # every completion is negative
+        keyed_dataset(["a", "b"]),
+        max_steps=1,
+        max_completion_length=2,  # most of the untrained model's completions are cut
+        sampling_strategy="balanced",
+        samples_per_round=4,
+        max_rounds=3,
+        mask_truncated_completions=mask,
+    )
+    trainer.train()
+    ((result, rollouts),) = captured
+    tokenizer = trainer.processing_class
+    ends = {tokenizer.eos_token_id, tokenizer.pad_token_id, *getattr(trainer, "eos_token_ids", [])}
+    truncated_seen = 0
+    for pool in result.pools:
+        truncated = [rollouts.columns["completion_ids"][h][-1] not in ends for h in pool.samples]
+        truncated_seen += sum(truncated)
+        for cut, reward in zip(truncated, pool.rewards, strict=True):
+            assert math.isnan(reward) == (mask and cut)  # masked truncation: neither positive nor negative
+        assert pool.num_negative == (len(pool) - sum(truncated) if mask else len(pool))
+    assert truncated_seen > 0  # the setting did cut completions

@@ -18,7 +18,7 @@ from ..advantages import total_reward
 from ..checks import RewardGuard
 from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
-from .scoring import length_marks, log_step_lengths
+from .scoring import exit_rule_totals, length_marks, log_step_lengths
 
 
 def sample_in_rounds(
@@ -55,7 +55,8 @@ def sample_in_rounds(
         return rollouts.add(output, rewards, trainer._pop_extra_logs(len(rows_padded)), keep=len(rows))
 
     def score(requests: list[Request], handles: list[int]) -> list[float]:
-        return [rollouts.totals[h] for h in handles]
+        completion_ids = [rollouts.columns["completion_ids"][h] for h in handles]
+        return exit_rule_totals(trainer, [rollouts.totals[h] for h in handles], completion_ids)
 
     backend = RoundsBackend(generate, num_tokens=rollouts.tokens.__getitem__)
     marks = length_marks(trainer)

@@ -19,7 +19,7 @@ from accelerate.utils import gather_object
 from packaging.version import Version
 from trl.data_utils import is_conversational
 
-from ..compat import parse_response
+from ..compat import eos_token_ids, parse_response
 from ..metrics import LENGTH_METRICS, length_metrics
 
 
@@ -71,3 +71,17 @@ def log_step_lengths(trainer: Any, lengths: Sequence[int], ended: Sequence[bool]
 def length_marks(trainer: Any) -> dict[str, int]:
     """Where each `completions/*` metric's entries stand before a step's generation calls."""
     return {name: len(trainer._metrics["train"][name]) for name in LENGTH_METRICS}
+
+
+def exit_rule_totals(trainer: Any, totals: Sequence[float], completion_ids: Sequence[list[int]]) -> list[float]:
+    """The totals the exit rules see. With `mask_truncated_completions=True` GRPOTrainer masks a truncated
+    completion out of the loss, so it counts as neither positive nor negative (NaN, like an unscorable one: left out
+    of the exit counts, the pass rate and the pool baseline, and kept only when nothing else is left); a masked
+    negative would otherwise let a prompt stop with negatives the loss never sees."""
+    if not trainer.args.mask_truncated_completions:
+        return list(totals)
+    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
+    return [
+        total if ids and ids[-1] in eos_and_pad else float("nan")
+        for total, ids in zip(totals, completion_ids, strict=True)
+    ]

@@ -16,7 +16,7 @@ from ..checks import RewardFunctionError, RewardGuard
 from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, SamplingResult, sample
 from .base import TokenBackend
-from .scoring import decode_completions, length_marks, local_reward_gather, log_step_lengths
+from .scoring import decode_completions, exit_rule_totals, length_marks, local_reward_gather, log_step_lengths
 
 
 def sample_streaming(
@@ -72,7 +72,8 @@ def sample_streaming(
                         f"{describe} (training step {trainer.state.global_step + 1}). Fix or guard the reward "
                         "function; return None for a completion it cannot score."
                     ) from guard.failure.error
-                return streamed.add(handles, rewards.cpu(), trainer._pop_extra_logs(len(handles)))
+                totals = streamed.add(handles, rewards.cpu(), trainer._pop_extra_logs(len(handles)))
+                return exit_rule_totals(trainer, totals, completion_ids)
 
             result = sample(
                 len(prompts),
