@@ -310,11 +310,12 @@ def test_truncated_completions_are_masked_with_mask_truncated_completions(toy_co
     )
     assert len(ada_logs(trainer)) == 1
     (output,) = outputs
-    eos = trainer.processing_class.eos_token_id
+    eos, pad = trainer.processing_class.eos_token_id, trainer.processing_class.pad_token_id
     ids, mask = output["completion_ids"], output["completion_mask"]
     for row_ids, row_mask in zip(ids.tolist(), mask.tolist(), strict=True):
-        finished = eos in row_ids
-        # A completion that never produced EOS is truncated: masked out of the loss entirely.
+        # GRPOTrainer counts a completion as ended when its last token is EOS or pad (rows are right-padded).
+        finished = eos in row_ids or row_ids[-1] == pad
+        # A completion that never ended is truncated: masked out of the loss entirely.
         assert (sum(row_mask) == 0) == (not finished)
     assert any(eos not in row for row in ids.tolist())  # the toy model rarely stops within 4 tokens
 
