@@ -119,3 +119,42 @@ def test_balanced_downsample_breaks_the_guarantee():
     theta = theta_of(0.2)
     update = expected_update(theta, odc_weights([0.2], max_weight=8.0), "memory", balanced, pool_size=12, kept=4)
     assert update > 1.5 * gradient(torch.log, theta)
+
+
+def expected_update_factor(p: float, pool_size: int, weighting: str, group_size: int = 4) -> float:
+    """Exact enumeration of the trainer's own advantage functions (defaults: pool-mean baseline, no std scaling,
+    `max_difficulty_weight=4`) over every outcome of a pool of `pool_size` draws at pass rate `p` and every uniformly
+    drawn kept group: the expected update is this factor times grad p. A kept completion's score is, given its
+    reward, grad p / p (right) or -grad p / (1 - p) (wrong), whatever selected it."""
+    import itertools
+
+    from trl_ada.advantages import difficulty_weights, normalized_advantages
+
+    total = 0.0
+    subsets = list(itertools.combinations(range(pool_size), group_size))
+    for outcome in itertools.product((0.0, 1.0), repeat=pool_size):
+        positives = sum(outcome)
+        probability = p**positives * (1 - p) ** (pool_size - positives)
+        pass_rate = torch.tensor([positives / pool_size], dtype=torch.float64)
+        weight = difficulty_weights(pass_rate, weighting, 4.0)
+        kept = torch.tensor([[outcome[i] for i in subset] for subset in subsets], dtype=torch.float64)
+        advantages = normalized_advantages(kept, pass_rate.expand(len(subsets)), None, weight.expand(len(subsets)))
+        scores = torch.where(kept == 1.0, 1 / p, -1 / (1 - p))
+        total += probability * float((advantages * scores).sum(dim=1).mean())
+    return total
+
+
+@pytest.mark.parametrize(
+    ("p", "pool_size", "ratio"),
+    [(0.1, 8, 0.757), (0.2, 8, 0.924), (0.5, 8, 1.045), (0.1, 12, 0.842), (0.5, 12, 1.031)],
+)
+def test_inv_sqrt_p_ascends_sqrt_p_only_approximately_as_documented(p, pool_size, ratio):
+    # The E[2 sqrt p] gradient would be grad p / sqrt(p), times the (N - 1)/N every pool-mean baseline carries.
+    ideal = 4 * (pool_size - 1) / pool_size / math.sqrt(p)
+    assert expected_update_factor(p, pool_size, "inv_sqrt_p") / ideal == pytest.approx(ratio, abs=5e-4)
+
+
+@pytest.mark.parametrize("pool_size", [4, 8])
+def test_pool_baseline_scales_each_prompt_by_n_minus_1_over_n(pool_size):
+    for p in (0.1, 0.3, 0.8):
+        assert expected_update_factor(p, pool_size, "none") == pytest.approx(4 * (pool_size - 1) / pool_size)

@@ -76,9 +76,12 @@ class ReinforceAdaConfig(GRPOConfig):
             Multiply each prompt's advantages by `1/sqrt(p)` (`"inv_sqrt_p"`) or `1/p` (`"inv_p"`), `p` being the
             pool pass rate, to weight hard prompts up; or by `1/p_hat` (`"odc"`, Oversample-Downsample-Correct),
             `p_hat` being the pass-rate memory's estimate from earlier steps. Objective ascended, with
-            `scale_rewards="none"` and a uniformly drawn kept group: `"none"` E[p], `"inv_sqrt_p"` E[sqrt p],
-            `"inv_p"` E[log p] (biased: the weight comes from the rewards it scales), `"odc"` E[log p] (unbiased up
-            to the cap, as `p_hat` is fixed before the step's samples are drawn). `"odc"` needs
+            `scale_rewards="none"` and a uniformly drawn kept group, each prompt's update also scaled by `(N-1)/N`
+            for a pool of `N` (the pool-mean baseline): `"none"` E[p]; `"inv_sqrt_p"` E[2 sqrt p] approximately
+            (its weight comes from the pool's own pass rate: 0.76x that gradient at p = 0.1 with a pool of 8,
+            1.05x at p = 0.5); `"inv_p"` E[log p] (biased: the weight comes from the rewards it scales); `"odc"`
+            E[log p] (unbiased up to the cap, as `p_hat` is fixed before the step's samples are drawn; with the
+            default prior a prompt never seen has `p_hat = 1/17`, so its weight is the cap). `"odc"` needs
             `downsample="uniform"` (or `sampling_strategy="uniform"`, where nothing is downsampled).
         max_difficulty_weight (`float`, *optional*, defaults to `4.0`):
             Cap on the difficulty weight (`p` is clamped so the weight never exceeds it).
