@@ -158,3 +158,13 @@ def test_inv_sqrt_p_ascends_sqrt_p_only_approximately_as_documented(p, pool_size
 def test_pool_baseline_scales_each_prompt_by_n_minus_1_over_n(pool_size):
     for p in (0.1, 0.3, 0.8):
         assert expected_update_factor(p, pool_size, "none") == pytest.approx(4 * (pool_size - 1) / pool_size)
+
+
+def test_odc_weight_of_a_prompt_never_seen_is_the_cap_under_the_default_prior(tmp_path):
+    from trl_ada import ReinforceAdaConfig
+    from trl_ada.advantages import odc_weights
+
+    config = ReinforceAdaConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4)
+    prior = config.pass_rate_memory().p_hat("never seen")
+    assert prior == pytest.approx(1 / 17)
+    assert odc_weights([prior], config.max_difficulty_weight).item() == config.max_difficulty_weight == 4.0
