@@ -522,38 +522,40 @@ class ReinforceAdaTrainer(GRPOTrainer):
         # One gather for every per-step metric: this process's tally, memory pass rates, pool sizes and counters.
         result = step.result
         kept_pools = result.kept_pools
-        counters = (
-            step.result.generated_tokens,
-            result.aborted_tokens,
-            result.in_flight_max,
-            step.generation_seconds,
-            result.rounds,  # the same on every process under rounds; each process's own under streaming
-            result.refills,
-            step.skipped,
-            sum(not has_signal(pool) for pool in kept_pools),
-            sum(len(pool) for pool in result.replaced_pools),
-        )
+        # Counters summed over processes (the rest are maxima, below), by metric name.
+        summed = {
+            "ada/completion_tokens": result.generated_tokens,
+            "ada/aborted_tokens": result.aborted_tokens,
+            "ada/refills": result.refills,
+            "ada/refill_samples": sum(len(pool) for pool in result.replaced_pools),
+            "ada/unfilled": sum(not has_signal(pool) for pool in kept_pools),
+            "ada/skipped": step.skipped,
+        }
+        maxima = {
+            "ada/in_flight_max": result.in_flight_max,
+            "ada/generation_seconds": step.generation_seconds,
+            "ada/rounds": result.rounds,  # rounds: the same on every process; streaming: each process's own
+        }
         local = (
             Tally.of(kept_pools, weights.tolist()),
             step.p_hat,
             [len(pool) for pool in kept_pools],
-            counters,
+            (summed, maxima),
             step.first_reward_moments,
         )
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         self._log_honest_rewards([sum(column, Moments()) for column in zip(*(part[4] for part in parts), strict=True)])
         tally = sum((part[0] for part in parts), Tally())
-        metrics = tally.metrics(max(part[3][4] for part in parts))
-        metrics["ada/completion_tokens"] = float(sum(part[3][0] for part in parts))
-        metrics["ada/aborted_tokens"] = float(sum(part[3][1] for part in parts))
-        metrics["ada/in_flight_max"] = float(max(part[3][2] for part in parts))
-        metrics["ada/generation_seconds"] = max(part[3][3] for part in parts)
+        metrics = tally.metrics(max(part[3][1]["ada/rounds"] for part in parts))
+        shown = ["ada/completion_tokens", "ada/aborted_tokens"]
         if self.args.refill:
-            metrics["ada/refills"] = float(sum(part[3][5] for part in parts))
-            metrics["ada/refill_samples"] = float(sum(part[3][8] for part in parts))
-            metrics["ada/unfilled"] = float(sum(part[3][7] for part in parts))
+            shown += ["ada/refills", "ada/refill_samples", "ada/unfilled"]
         if self.args.prompt_selection != "none":
-            metrics["ada/skipped"] = float(sum(part[3][6] for part in parts))
+            shown.append("ada/skipped")
+        for name in shown:
+            metrics[name] = float(sum(part[3][0][name] for part in parts))
+        metrics["ada/in_flight_max"] = float(max(part[3][1]["ada/in_flight_max"] for part in parts))
+        metrics["ada/generation_seconds"] = max(part[3][1]["ada/generation_seconds"] for part in parts)
         metrics.update(
             self._memory_metrics([p for part in parts for p in part[1]], [n for part in parts for n in part[2]])
         )

@@ -16,9 +16,8 @@ import torch
 
 from ..advantages import total_reward
 from ..checks import RewardGuard
-from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
-from .scoring import exit_rule_totals, length_marks, log_step_lengths
+from .scoring import ended, exit_rule_totals, length_marks, log_step_lengths
 
 
 def sample_in_rounds(
@@ -70,9 +69,7 @@ def sample_in_rounds(
         refill=refill,
     )
     # GRPOTrainer logged completion lengths once per round (padding rows included); log them once, over the step.
-    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
-    ended = [bool(ids) and ids[-1] in eos_and_pad for ids in rollouts.columns["completion_ids"]]
-    log_step_lengths(trainer, rollouts.tokens, ended, marks)
+    log_step_lengths(trainer, rollouts.tokens, ended(trainer, rollouts.columns["completion_ids"]), marks)
     return result, rollouts
 
 

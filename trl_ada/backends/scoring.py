@@ -73,6 +73,12 @@ def length_marks(trainer: Any) -> dict[str, int]:
     return {name: len(trainer._metrics["train"][name]) for name in LENGTH_METRICS}
 
 
+def ended(trainer: Any, completion_ids: Sequence[list[int]]) -> list[bool]:
+    """Whether each completion ended (last token EOS or pad, as GRPOTrainer decides it) rather than being clipped."""
+    ends = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
+    return [bool(ids) and ids[-1] in ends for ids in completion_ids]
+
+
 def exit_rule_totals(trainer: Any, totals: Sequence[float], completion_ids: Sequence[list[int]]) -> list[float]:
     """The totals the exit rules see. With `mask_truncated_completions=True` GRPOTrainer masks a truncated
     completion out of the loss, so it counts as neither positive nor negative (NaN, like an unscorable one: left out
@@ -80,8 +86,5 @@ def exit_rule_totals(trainer: Any, totals: Sequence[float], completion_ids: Sequ
     negative would otherwise let a prompt stop with negatives the loss never sees."""
     if not trainer.args.mask_truncated_completions:
         return list(totals)
-    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
-    return [
-        total if ids and ids[-1] in eos_and_pad else float("nan")
-        for total, ids in zip(totals, completion_ids, strict=True)
-    ]
+    flags = ended(trainer, completion_ids)
+    return [total if done else float("nan") for total, done in zip(totals, flags, strict=True)]

@@ -13,10 +13,16 @@ import torch
 
 from ..advantages import total_reward
 from ..checks import RewardFunctionError, RewardGuard
-from ..compat import eos_token_ids
 from ..engine import RefillFn, Request, SamplingResult, sample
 from .base import TokenBackend
-from .scoring import decode_completions, exit_rule_totals, length_marks, local_reward_gather, log_step_lengths
+from .scoring import (
+    decode_completions,
+    ended,
+    exit_rule_totals,
+    length_marks,
+    local_reward_gather,
+    log_step_lengths,
+)
 
 
 def sample_streaming(
@@ -107,11 +113,8 @@ def log_streamed_lengths(trainer: Any, backend: TokenBackend, prompt_ids: list[l
     """GRPOTrainer's `_generate` just logged completion lengths and counted tokens for the kept rows only; make
     them cover every completion streamed this step, on every process, as under rounds. Aborted requests are not
     completions: their tokens are in `ada/aborted_tokens`."""
-    eos_and_pad = {*eos_token_ids(trainer), trainer._tokenizer.pad_token_id}
-    local = [
-        (len(c.completion_ids), bool(c.completion_ids) and c.completion_ids[-1] in eos_and_pad)
-        for c in backend.completions
-    ]
+    lengths = [len(c.completion_ids) for c in backend.completions]
+    flags = ended(trainer, [c.completion_ids for c in backend.completions])
     kept_set = set(kept)
     extra_tokens = sum(
         len(prompt_ids[c.prompt_index]) + len(c.completion_ids)
@@ -122,7 +125,7 @@ def log_streamed_lengths(trainer: Any, backend: TokenBackend, prompt_ids: list[l
     trainer.state.num_input_tokens_seen += extra_tokens
     trainer._metrics["train"]["num_tokens"] = [trainer.state.num_input_tokens_seen]
     marks = {name: count - 1 for name, count in length_marks(trainer).items()}  # the replay's one entry
-    log_step_lengths(trainer, [n for n, _ in local], [ended for _, ended in local], marks)
+    log_step_lengths(trainer, lengths, flags, marks)
 
 
 @dataclass
