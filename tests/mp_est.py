@@ -10,12 +10,12 @@ import os
 import sys
 from collections import Counter
 
-import torch
 from datasets import Dataset
+from mp_common import cpu_config, shut_down
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 
 out_dir, model_dir = sys.argv[1], sys.argv[2]
 rank = int(os.environ["RANK"])  # set by the launcher
@@ -41,15 +41,9 @@ def key_reward(completions, key, **kwargs):
     return rewards
 
 
-args = ReinforceAdaConfig(
-    output_dir=out_dir,
-    use_cpu=True,
-    bf16=False,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
+args = cpu_config(
+    out_dir,
     per_device_train_batch_size=8,
-    num_generations=4,
     max_completion_length=3,
     max_steps=2,
     seed=0,
@@ -78,6 +72,4 @@ with open(f"{out_dir}/rank{rank}.json", "w") as f:
         f,
     )
 
-# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+shut_down()

@@ -9,11 +9,11 @@ import json
 import os
 import sys
 
-import torch
 from datasets import Dataset
+from mp_common import cpu_config, shut_down
 from transformers import AutoTokenizer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 
 out_dir, model_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 rank = int(os.environ["RANK"])  # set by the launcher
@@ -42,15 +42,9 @@ def fail_on_rank1(prompts, completions, **kwargs):
     return [0.0] * len(prompts)
 
 
-args = ReinforceAdaConfig(
-    output_dir=out_dir,
-    use_cpu=True,
-    bf16=False,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
+args = cpu_config(
+    out_dir,
     per_device_train_batch_size=8,
-    num_generations=4,
     samples_per_round=4,
     max_rounds=4,
     max_completion_length=3,
@@ -78,6 +72,4 @@ finally:
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f)
 
-# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+shut_down()

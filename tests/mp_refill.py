@@ -6,11 +6,11 @@ import json
 import os
 import sys
 
-import torch
 from datasets import Dataset
+from mp_common import cpu_config, shut_down
 from transformers import AutoTokenizer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 from trl_ada.prompt_stream import SidePrompts
 
 out_dir, model_dir = sys.argv[1], sys.argv[2]
@@ -45,15 +45,9 @@ class Recording(ReinforceAdaTrainer):
 
 
 keys = [f"z{i}" for i in range(8)] + [f"o{i}" for i in range(8)] + [f"m{i}" for i in range(16)]
-args = ReinforceAdaConfig(
-    output_dir=out_dir,
-    use_cpu=True,
-    bf16=False,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
+args = cpu_config(
+    out_dir,
     per_device_train_batch_size=16,
-    num_generations=4,
     max_completion_length=3,
     max_steps=3,
     sampling_strategy="uniform",
@@ -81,6 +75,4 @@ with open(f"{out_dir}/rank{rank}.json", "w") as f:
         f,
     )
 
-# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+shut_down()

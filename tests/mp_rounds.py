@@ -8,12 +8,12 @@ import json
 import os
 import sys
 
-import torch
 from datasets import Dataset
+from mp_common import cpu_config, shut_down
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 
 out_dir, model_dir = sys.argv[1], sys.argv[2]
 round_sizing = sys.argv[3] if len(sys.argv) > 3 else "fixed"
@@ -35,15 +35,9 @@ def rank_reward(completions, **kwargs):
     return [1.0 if rank == 0 else 0.0] * len(completions)
 
 
-args = ReinforceAdaConfig(
-    output_dir=out_dir,
-    use_cpu=True,
-    bf16=False,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
+args = cpu_config(
+    out_dir,
     per_device_train_batch_size=8,
-    num_generations=4,
     max_completion_length=3,
     max_steps=2,
     sampling_strategy="positive",
@@ -63,6 +57,4 @@ logs = [row for row in logs if row]
 with open(f"{out_dir}/rank{rank}.json", "w") as f:
     json.dump({"rows_per_call": rows_per_call, "logs": logs}, f)
 
-# Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown.
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+shut_down()

@@ -1,0 +1,26 @@
+"""What the multi-process scripts (`mp_*.py`, run under `accelerate launch`) share: a small CPU training config and
+the teardown before exit."""
+
+import torch
+
+from trl_ada import ReinforceAdaConfig
+
+
+def cpu_config(out_dir: str, **overrides) -> ReinforceAdaConfig:
+    """A ReinforceAdaConfig for a short CPU run with groups of 4, logging every step and saving nothing."""
+    settings = dict(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        num_generations=4,
+    )
+    return ReinforceAdaConfig(**(settings | overrides))
+
+
+def shut_down() -> None:
+    """Gloo's worker threads abort the process (SIGABRT) if the process group outlives the interpreter's shutdown."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
