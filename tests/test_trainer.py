@@ -438,24 +438,12 @@ def test_vllm_server_generation_path_with_rounds(toy_cold_dir, tmp_path):
 # -------------------------------------------------------------------------------------------------------------------
 
 
-def test_rejects_a_plain_grpo_config_and_unsupported_features(toy_cold_dir, tmp_path):
+def test_rejects_a_plain_grpo_config(toy_cold_dir, tmp_path):
     from trl import GRPOConfig
 
     grpo_args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     with pytest.raises(TypeError, match="ReinforceAdaConfig"):
         ReinforceAdaTrainer(str(toy_cold_dir), bernoulli_reward({"a": 1.0}), args=grpo_args)
-
-    def add(a: int, b: int) -> int:
-        """Add two numbers.
-
-        Args:
-            a: first
-            b: second
-        """
-        return a + b
-
-    with pytest.raises(NotImplementedError, match="tools"):
-        make_trainer(toy_cold_dir, tmp_path, bernoulli_reward({"a": 1.0}), keyed_dataset("a"), tools=[add])
 
 
 def test_rows_must_hold_whole_prompt_groups():

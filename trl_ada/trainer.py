@@ -28,6 +28,7 @@ from .advantages import (
 from .allocation import allocate
 from .backends.base import TokenBackend
 from .backends.rounds import sample_in_rounds
+from .backends.scoring import TOOL_METRICS, log_step_tool_calls, metric_marks
 from .backends.streaming import sample_streaming
 from .checks import RewardFunctionError, RewardGuard, check_reward_columns, excerpt
 from .config import ReinforceAdaConfig
@@ -92,11 +93,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 f"ReinforceAdaTrainer needs a ReinforceAdaConfig, got {type(args).__name__}. "
                 "ReinforceAdaConfig accepts every GRPOConfig argument."
             )
-        for unsupported in ("tools", "environment_factory"):
-            if kwargs.get(unsupported) is not None:
-                # TRL's tool loop indexes per-row state built for the original batch, which rounds of other sizes
-                # would misalign.
-                raise NotImplementedError(f"ReinforceAdaTrainer does not support `{unsupported}` yet.")
+        multi_turn = [name for name in ("tools", "environment_factory") if kwargs.get(name)]
+        if multi_turn and args.rollout_schedule == "streaming":
+            raise NotImplementedError(
+                f"rollout_schedule='streaming' does not run `{multi_turn[0]}`: a tool call ends a turn, and "
+                "GRPOTrainer's tool loop continues every rollout of a batch together, while streaming hands the "
+                "engine one single-turn request per completion. Use rollout_schedule='rounds': each round runs "
+                "TRL's tool loop (with an environment instance of its own per rollout)."
+            )
         if kwargs.get("rollout_func") is not None and args.rollout_schedule == "streaming":
             raise NotImplementedError(
                 "rollout_schedule='streaming' drives the generation engine itself, so a custom rollout_func cannot "
@@ -152,7 +156,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
         step, batch = self._ada_batch
         self._ada_batch = (self.state.global_step, batch + 1 if step == self.state.global_step else 0)
         group_size = self.num_generations
-        starts = _group_starts(prompts, group_size)
+        # With environments, each copy of a row holds its own reset observation: the rows, not the prompts, repeat.
+        starts = _group_starts(self._ada_inputs if self.environment_factories is not None else prompts, group_size)
         unique_prompts = [prompts[s] for s in starts]
         unique_inputs = [self._ada_inputs[s] for s in starts]
         self._check_prompts(unique_prompts)
@@ -163,11 +168,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
         refill = self._refill_from_stream(unique_prompts, unique_inputs, keys) if self.args.refill else None
         parents = (super()._generate, super()._calculate_rewards)
         started = time.perf_counter()
-        if self.args.rollout_schedule == "streaming":
-            result, rollouts = sample_streaming(self, unique_prompts, unique_inputs, *parents, refill=refill)
-        else:
-            sizes = self._allocate(self.ada_memory.p_hat_many(keys))
-            result, rollouts = sample_in_rounds(self, unique_prompts, unique_inputs, sizes, *parents, refill=refill)
+        with self._step_rollout_state():
+            if self.args.rollout_schedule == "streaming":
+                result, rollouts = sample_streaming(self, unique_prompts, unique_inputs, *parents, refill=refill)
+            else:
+                sizes = self._allocate(self.ada_memory.p_hat_many(keys))
+                result, rollouts = sample_in_rounds(
+                    self, unique_prompts, unique_inputs, sizes, *parents, refill=refill
+                )
         seconds = time.perf_counter() - started
         p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
         self._update_memory(keys, result.pools)
@@ -187,6 +195,64 @@ class ReinforceAdaTrainer(GRPOTrainer):
         )
         self._pending_extra_logs.update(rollouts.extra_logs(rows))
         return rollouts.select(rows)
+
+    # ------------------------------------------------------------------ per-rollout state: tools and environments
+    def _round_prompts(self, prompts: list, inputs: list[dict[str, Any]], rows: list[int]) -> list:
+        """The prompts of one round's rollouts (`rows` index the step's prompts and inputs). With tools or
+        environments, GRPOTrainer's per-rollout state is rebuilt for exactly these rollouts first."""
+        if not (self.tools or self.environment_factories is not None):
+            return [prompts[i] for i in rows]
+        return self._prepare_rollouts([inputs[i] for i in rows])
+
+    def _prepare_rollouts(self, rows: list[dict[str, Any]]) -> list:
+        """Set GRPOTrainer's per-rollout state for one rollout per dataset row in `rows` and return their prompts:
+        an environment instance each from TRL's pool, reset with its row (its observation appended to the prompt),
+        the tool dicts TRL's tool loop calls, the row's images in the prompt. GRPOTrainer builds all of this at the
+        top of `_generate_and_score_completions`, sized for its batch, then calls `_generate`; rounds draw other
+        numbers of rollouts, so run that same code on the round's rows and stop it at the `_generate` call, rather
+        than keep a copy of it here."""
+        prepared: list[list] = []
+
+        def stop(prompts: list):
+            prepared.append(prompts)
+            raise _RolloutsPrepared
+
+        shadowed = self.__dict__.get("_generate")  # a wrapper someone set on this instance, if any
+        self._generate = stop  # shadows the method on this instance only, for this one call
+        try:
+            super()._generate_and_score_completions(rows)
+        except _RolloutsPrepared:
+            pass
+        finally:
+            if shadowed is None:
+                del self._generate
+            else:
+                self._generate = shadowed
+        return prepared[0]
+
+    @contextmanager
+    def _step_rollout_state(self) -> Iterator[None]:
+        """Around a step's sampling: count the tool loop's calls over every round, log `tools/*` once over the step,
+        and give GRPOTrainer back the per-rollout state of the step's own rows (rounds replace it per round)."""
+        names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
+        saved = {name: getattr(self, name) for name in names if hasattr(self, name)}
+        self._ada_tool_counts = [] if self.tools else None
+        marks = metric_marks(self, TOOL_METRICS)
+        try:
+            yield
+            if self.tools:
+                log_step_tool_calls(self, self._ada_tool_counts, marks)
+        finally:
+            self._ada_tool_counts = None
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+    def _tool_call_loop(self, prompts, prompt_ids, *args, **kwargs):
+        """GRPOTrainer's tool loop, its call and failure counts kept for the step's `tools/*` metrics."""
+        output = super()._tool_call_loop(prompts, prompt_ids, *args, **kwargs)
+        if getattr(self, "_ada_tool_counts", None) is not None:
+            self._ada_tool_counts.append((output[4], output[5], len(prompt_ids)))
+        return output
 
     # ------------------------------------------------------------------ prompt selection and refill
     def _side_prompts(self) -> SidePrompts:
@@ -306,7 +372,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def _memory_key(self, prompt: Any, row: dict[str, Any]) -> str:
         column = self.args.prompt_id_column
-        return prompt_text_key(prompt) if column is None else prompt_key(row[column])
+        if column is not None:
+            return prompt_key(row[column])
+        if self.environment_factories is not None:  # `reset` gets the whole row: the row names the task
+            return prompt_text_key(row)
+        return prompt_text_key(prompt)
 
     def _allocate(self, p_hat: list[float]) -> list[int] | None:
         """Reinforce-Ada-Est: this process's budget, `samples_per_prompt_mean` per prompt, split by the allocation
@@ -607,6 +677,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
     def _common_run_length(self, requests: list[Request]) -> int:
         """Copies of a prompt that stand in a row. vLLM server mode takes every `num_generations`-th prompt and asks
         for `n = num_generations` completions of each, so all processes must agree on the run length."""
+        if self.environment_factories is not None:
+            return 1  # each rollout has its own environment, whose reset may make its prompt differ
         sizes = {r.num_samples for r in requests}
         if self.accelerator.num_processes > 1:
             sizes = set().union(*gather_object([sizes]))
@@ -638,6 +710,10 @@ class _AdaStep:
     skipped: int = 0  # prompts prompt selection replaced before sampling
     first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
     pool_rewards_per_func: list[torch.Tensor] | None = None  # per kept pool (N, reward functions): normalize_then_sum
+
+
+class _RolloutsPrepared(Exception):
+    """Stops GRPOTrainer's step once it has prepared a batch's rollouts (`_prepare_rollouts`)."""
 
 
 def _as_list(reward_funcs: Any) -> list:

@@ -40,7 +40,7 @@ def sample_in_rounds(
         run = trainer._common_run_length(requests)
         padding = trainer._max_over_processes(len(rows)) - len(rows)
         rows_padded = rows + [0] * padding  # a process with less to do still joins the collective calls
-        round_prompts = [prompts[i] for i in rows_padded]
+        round_prompts = trainer._round_prompts(prompts, inputs, rows_padded)
         with trainer._num_generations_as(run):
             output = parent_generate(round_prompts)
         trainer._warn_if_beyond_context(output[0], round_prompts)

@@ -70,7 +70,33 @@ def log_step_lengths(trainer: Any, lengths: Sequence[int], ended: Sequence[bool]
 
 def length_marks(trainer: Any) -> dict[str, int]:
     """Where each `completions/*` metric's entries stand before a step's generation calls."""
-    return {name: len(trainer._metrics["train"][name]) for name in LENGTH_METRICS}
+    return metric_marks(trainer, LENGTH_METRICS)
+
+
+def metric_marks(trainer: Any, names: Sequence[str]) -> dict[str, int]:
+    """Where each named training metric's entries stand now."""
+    return {name: len(trainer._metrics["train"][name]) for name in names}
+
+
+TOOL_METRICS = ("tools/call_frequency", "tools/failure_frequency")
+
+
+def log_step_tool_calls(trainer: Any, counts: Sequence[tuple[int, int, int]], marks: dict[str, int]) -> None:
+    """Replace the `tools/*` entries GRPOTrainer's `_generate` appended since `marks` (one per round) with one over
+    the step: tool calls per rollout and failures per call, as GRPOTrainer defines them, summed over every round on
+    every process. `counts` holds each tool loop's (calls, failures, rollouts) on this process."""
+    totals = [sum(column) for column in zip(*counts, strict=True)] if counts else [0, 0, 0]
+    if trainer.accelerator.num_processes > 1:
+        totals = [sum(column) for column in zip(*gather_object([totals]), strict=True)]
+    calls, failures, rollouts = totals
+    values = {
+        "tools/call_frequency": calls / rollouts if rollouts else 0.0,
+        "tools/failure_frequency": failures / calls if calls else 0.0,
+    }
+    for name, value in values.items():
+        entries = trainer._metrics["train"][name]
+        del entries[marks.get(name, len(entries)) :]
+        entries.append(value)
 
 
 def ended(trainer: Any, completion_ids: Sequence[list[int]]) -> list[bool]:
