@@ -168,3 +168,96 @@ def test_odc_weight_of_a_prompt_never_seen_is_the_cap_under_the_default_prior(tm
     prior = config.pass_rate_memory().p_hat("never seen")
     assert prior == pytest.approx(1 / 17)
     assert odc_weights([prior], config.max_difficulty_weight).item() == config.max_difficulty_weight == 4.0
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The full default process: Seq-balance rounds, balanced downsample, pool baseline (the trainer's own defaults)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def default_config(tmp_path, **overrides):
+    from trl_ada import ReinforceAdaConfig
+
+    return ReinforceAdaConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
+
+
+def default_process_factor(p: float, config) -> float:
+    """E[(1/G) sum_i A_i score(y_i)] / grad p for one prompt of pass rate p under `config`'s whole process, exactly:
+    every round's number of positives (binomial) is enumerated, the schedule's own exit rule decides when the pool
+    stops, `downsample` picks the kept group's composition, and the trainer's advantage functions weight it. A kept
+    completion's score given its reward is grad p / p or -grad p / (1 - p), whatever selected it."""
+    schedule, group = config.schedule(), config.num_generations
+    total = 0.0
+    frontier = [((), 1.0)]  # (rewards drawn so far, in order, one per completion; probability)
+    while frontier:
+        rewards, probability = frontier.pop()
+        pool = Pool(schedule.positive_threshold)
+        pool.add(list(range(len(rewards))), list(rewards), round_index=0)
+        round_index = len(rewards) // schedule.samples_per_round  # fixed sizing: every round is samples_per_round
+        if rewards and (
+            schedule.exit_rule.holds(pool.num_positive, pool.num_negative) or len(pool) >= schedule.budget
+        ):
+            kept = [rewards[i] for i in downsample(pool, group, random.Random(0), config.downsample)]
+            pass_rate = torch.tensor([pool.mean], dtype=torch.float64)
+            weight = difficulty_weights(pass_rate, config.difficulty_weighting, config.max_difficulty_weight)
+            baseline = pass_rate if config.advantage_baseline == "pool" else torch.tensor([sum(kept) / group])
+            advantages = normalized_advantages(torch.tensor([kept], dtype=torch.float64), baseline, None, weight)[0]
+            scores = [1 / p if r == 1.0 else -1 / (1 - p) for r in kept]
+            total += probability * sum(a * s for a, s in zip(advantages.tolist(), scores, strict=True)) / group
+            continue
+        size = schedule.round_size(pool, round_index)
+        for positives in range(size + 1):  # the order within a round does not matter: only counts are read
+            outcome = (1.0,) * positives + (0.0,) * (size - positives)
+            chance = math.comb(size, positives) * p**positives * (1 - p) ** (size - positives)
+            frontier.append((rewards + outcome, probability * chance))
+    return total
+
+
+# Expected update per prompt, as a multiple of grad p (GRPO's objective E[p]), under the trainer's defaults
+# (sampling_strategy="balanced", 8 per round x 4 rounds, num_generations=8, balanced downsample, pool baseline,
+# scale_rewards="none"); the README's table "Under the defaults" lists the same numbers.
+DEFAULT_FACTORS = {
+    "none": {0.05: 3.65, 0.1: 3.148, 0.2: 1.999, 0.5: 1.0, 0.8: 1.999, 0.9: 3.148},
+    "inv_sqrt_p": {0.05: 13.015, 0.1: 9.439, 0.2: 4.51, 0.5: 1.444, 0.8: 2.283, 0.9: 3.38},
+}
+
+
+@pytest.mark.parametrize("weighting", ["none", "inv_sqrt_p"])
+def test_expected_update_under_the_full_default_process(tmp_path, weighting):
+    config = default_config(tmp_path, difficulty_weighting=weighting)
+    assert (config.sampling_strategy, config.downsample, config.advantage_baseline, config.scale_rewards) == (
+        "balanced",
+        "balanced",
+        "pool",
+        "none",
+    )
+    factors = {p: round(default_process_factor(p, config), 3) for p in DEFAULT_FACTORS[weighting]}
+    assert factors == DEFAULT_FACTORS[weighting]
+
+
+def test_enumeration_of_one_uniform_round_gives_n_minus_1_over_n(tmp_path):
+    config = default_config(tmp_path, sampling_strategy="uniform")  # one round of num_generations = 8, kept whole
+    assert default_process_factor(0.3, config) == pytest.approx(7 / 8)
+
+
+def test_default_process_enumeration_matches_the_engine(tmp_path):
+    """The enumeration above against the engine itself: 4000 prompts at p = 0.2 sampled by `engine.sample` with
+    Bernoulli rewards, each kept group's update averaged; within 4 standard errors."""
+    from trl_ada.engine import RoundsBackend, sample
+
+    config, p = default_config(tmp_path), 0.2
+    rng = random.Random(0)
+    result = sample(
+        4000,
+        config.schedule(),
+        RoundsBackend(lambda requests: [float(rng.random() < p) for r in requests for _ in range(r.num_samples)]),
+        lambda requests, handles: list(handles),
+    )
+    updates = []
+    for pool in result.pools:
+        kept = [pool.rewards[i] for i in downsample(pool, config.num_generations, rng)]
+        baseline = pool.mean
+        updates.append(sum((r - baseline) * (1 / p if r == 1.0 else -1 / (1 - p)) for r in kept) / len(kept))
+    mean = sum(updates) / len(updates)
+    se = (sum((u - mean) ** 2 for u in updates) / (len(updates) - 1) / len(updates)) ** 0.5
+    assert abs(mean - default_process_factor(p, config)) < 4 * se

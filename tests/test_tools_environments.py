@@ -414,3 +414,67 @@ def test_streaming_refuses_tools_and_environments_with_the_reason(tool_model_dir
             processing_class=tokenizer,
             environment_factory=CalculatorEnvironment,
         )
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# rollout_func (TRL's custom rollouts): one call per round
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_rollout_func_runs_once_per_round_with_that_rounds_prompts(toy_cold_dir, tmp_path):
+    """A custom rollout is called once per round with exactly the active prompts' rows; its extra fields reach the
+    reward functions row by row, and the kept rows are the ones it returned."""
+    tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)
+    rng = random.Random(0)
+    calls = []
+
+    def rollout_func(prompts, trainer):
+        calls.append([prompt[-1]["content"] for prompt in prompts])
+        prompt_ids = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True)["input_ids"]
+        # Each completion is one digit: "1" with the prompt's pass rate, else "0"; `drawn` tags it for the reward.
+        digits = [str(int(rng.random() < PASS_RATE[p[-1]["content"].split()[-1][:-1]])) for p in prompts]
+        completion_ids = [tokenizer(d + "<|im_end|>", add_special_tokens=False).input_ids for d in digits]
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": [[0.0] * len(ids) for ids in completion_ids],
+            "drawn": digits,
+        }
+
+    def digit_reward(completions, drawn, **kwargs):
+        assert [c[-1]["content"] for c in completions] == drawn  # the extra field belongs to its own row
+        return [float(d == "1") for d in drawn]
+
+    args = config(tmp_path, max_completion_length=4, samples_per_round=4, max_rounds=4)
+    trainer = ReinforceAdaTrainer(
+        str(toy_cold_dir),
+        digit_reward,
+        args=args,
+        train_dataset=tool_dataset(),
+        processing_class=tokenizer,
+        rollout_func=rollout_func,
+    )
+    trainer.train()
+    logs = [row for row in trainer.state.log_history if "ada/rounds" in row]
+    assert sum(row["ada/rounds"] for row in logs) == len(calls)  # one call per round, none for scoring
+    assert len(calls[0]) == 12  # round 1: every prompt, samples_per_round=4 rows each
+    assert all(len(rows) % 4 == 0 and len(rows) <= 12 for rows in calls)  # later rounds: only the active ones
+    assert sum(len(rows) for rows in calls) == sum(row["ada/samples_per_prompt"] * 3 for row in logs)
+
+
+def test_rollout_func_missing_keys_raise_trls_error_in_training(toy_cold_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)
+
+    def incomplete(prompts, trainer):
+        return {"prompt_ids": [[1]] * len(prompts), "completion_ids": [[2]] * len(prompts)}
+
+    trainer = ReinforceAdaTrainer(
+        str(toy_cold_dir),
+        answer_reward,
+        args=config(tmp_path),
+        train_dataset=tool_dataset(),
+        processing_class=tokenizer,
+        rollout_func=incomplete,
+    )
+    with pytest.raises(ValueError, match="rollout_func must return keys"):
+        trainer.train()
