@@ -266,3 +266,133 @@ def test_prompt_text_key_hashes_canonical_json():
     assert prompt_text_key("2+2=") != prompt_key("2+2=")  # a text is not an id
     with pytest.raises(TypeError, match="JSON-like"):
         prompt_text_key([{"content": object()}])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# prompt_text_key of vision-language prompts (messages holding PIL images) and other non-JSON values
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def image_prompt(text, *images):
+    """A user message as TRL's `prepare_multimodal_messages` builds it: image parts, then the text."""
+    parts = [{"type": "image", "image": image} for image in images]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+
+
+def ramp_image(offset=0, shape=(4, 4, 3)):
+    from PIL import Image
+
+    return Image.fromarray(((np.arange(np.prod(shape), dtype=np.uint8) * 5) + offset).reshape(shape))
+
+
+def test_prompt_text_key_of_json_prompts_is_unchanged():
+    # Computed before image support: the memories in existing checkpoints are keyed by these.
+    assert prompt_text_key("What is 2+3?") == "txt:6e23174994e72a2b8a80197a54ee22c0"
+    assert prompt_text_key([{"role": "user", "content": "What color is the square?"}]) == (
+        "txt:6585ef3faa1eeeedcb1770bf43ec4029"
+    )
+    parts = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Describe ü"}]},
+    ]
+    assert prompt_text_key(parts) == "txt:298d6380b8f5584a9e874af2fa44dbde"
+
+
+def test_prompt_text_key_counts_images_by_their_pixels():
+    import io
+
+    from PIL import Image
+
+    image = ramp_image()
+    key = prompt_text_key(image_prompt("What color?", image))
+    # Pinned: image prompts' keys must not change between releases either.
+    assert key == "txt:4c02b6020a14acf60e5c15743f421986"
+    # The same pixels in another object: a copy, or the image written to PNG and decoded again (as datasets does).
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    decoded = Image.open(io.BytesIO(buffer.getvalue()))
+    assert type(decoded) is not type(image)
+    for same in (image.copy(), ramp_image(), decoded):
+        assert prompt_text_key(image_prompt("What color?", same)) == key
+    # Another image with the same text, or the same image with another text, or none, or twice: other prompts.
+    others = [
+        image_prompt("What color?", ramp_image(offset=1)),
+        image_prompt("What colour?", image),
+        image_prompt("What color?"),
+        image_prompt("What color?", image, image),
+    ]
+    assert len({key, *map(prompt_text_key, others)}) == 5
+    # Order of the images counts.
+    first, second = ramp_image(), ramp_image(offset=1)
+    assert prompt_text_key(image_prompt("?", first, second)) != prompt_text_key(image_prompt("?", second, first))
+
+
+def test_prompt_text_key_of_images_with_equal_bytes_but_other_shape_mode_or_palette():
+    from PIL import Image
+
+    pixels = np.arange(16, dtype=np.uint8)
+    square = Image.fromarray(pixels.reshape(4, 4))
+    wide = Image.fromarray(pixels.reshape(2, 8))
+    assert square.tobytes() == wide.tobytes()
+    indexed = square.convert("P")
+    recoloured = indexed.copy()
+    recoloured.putpalette([255 - v for v in indexed.getpalette()])
+    assert indexed.tobytes() == recoloured.tobytes()
+    keys = {prompt_text_key(image_prompt("?", image)) for image in (square, wide, indexed, recoloured)}
+    assert len(keys) == 4
+
+
+def test_prompt_text_key_of_images_is_stable_across_interpreter_runs():
+    code = (
+        "import numpy as np; from PIL import Image; from trl_ada.memory import prompt_text_key; "
+        "image = Image.fromarray((np.arange(48, dtype=np.uint8) * 5).reshape(4, 4, 3)); "
+        "print(prompt_text_key([{'role': 'user', 'content': [{'type': 'image', 'image': image}, "
+        "{'type': 'text', 'text': 'What color?'}]}]))"
+    )
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert keys == {prompt_text_key(image_prompt("What color?", ramp_image())) + "\n"}
+
+
+def test_prompt_text_key_of_other_non_json_values_is_content_based():
+    import decimal
+    import pathlib
+
+    def key(value):
+        return prompt_text_key([{"role": "user", "content": "q", "extra": value}])
+
+    array = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert key(array) == key(array.copy()) == key(torch.tensor(array))
+    assert key(array) != key(array.reshape(3, 2))  # shape counts
+    assert key(array) != key(array.astype(np.int64))  # dtype counts
+    assert key(array) != key(array + 1)
+    assert key(np.asfortranarray(array)) == key(array)  # memory layout does not
+    assert key(b"\x00\x01") == key(bytearray(b"\x00\x01")) != key(b"\x00\x02")
+    assert key(np.int64(3)) == key(3) and key(np.float32(0.5)) == key(0.5)
+    assert key({"b", "a"}) == key(frozenset(["a", "b"])) != key({"a"})
+    assert key(decimal.Decimal("1.5")) == key(decimal.Decimal("1.5")) != key(decimal.Decimal("1.50"))
+    assert key(pathlib.PurePosixPath("a/b")) != key("a/b")
+    # A set of strings is keyed the same whatever the interpreter's string hashing.
+    code = "from trl_ada.memory import prompt_text_key; print(prompt_text_key({'alpha', 'beta', 'gamma', 'delta'}))"
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert keys == {prompt_text_key({"alpha", "beta", "gamma", "delta"}) + "\n"}
+    # Nothing to key an object by but its address: still an error, not a key that changes between runs.
+    with pytest.raises(TypeError, match="memory address"):
+        key(object())

@@ -68,13 +68,43 @@ def prompt_text_key(prompt: str | list[dict[str, Any]]) -> str:
     list of `{"role": ..., "content": ...}` messages). BLAKE2b of its canonical JSON (sorted keys, UTF-8), so the
     key is independent of dict order, process and Python run. Use it when the dataset has no id column; with a fixed
     chat template it identifies the same prompts as their token ids would.
+
+    Values JSON cannot write count by their content (see `_json_fallback`): an image part of a vision-language
+    prompt (`{"type": "image", "image": <PIL.Image>}`) by its pixels, so the same text with another image is another
+    prompt, and the same pixels in another image object are the same one. Prompts made only of JSON values keep the
+    key they always had.
     """
     try:
-        text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_json_fallback)
     except TypeError as error:
         raise TypeError(f"prompt_text_key needs a string or JSON-like messages: {error}") from error
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=_KEY_DIGEST_BYTES).hexdigest()
     return f"txt:{digest}"
+
+
+def _json_fallback(value: Any) -> Any:
+    """A stand-in for a value `json` cannot write, the same in every process and run: a PIL image is a SHA-256 of
+    its mode, size, palette and pixels; an array, a tensor or bytes a SHA-256 of its contents; a NumPy scalar its
+    value; a set its sorted members; anything else its type and `repr`, unless that `repr` is `object`'s own, which
+    holds a memory address (then TypeError)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if all(hasattr(value, name) for name in ("mode", "size", "tobytes")):  # a PIL image, without importing PIL
+        palette = bytes(value.getpalette() or []) if value.mode in ("P", "PA") else b""
+        header = f"image:{value.mode}:{value.size[0]}x{value.size[1]}:".encode()
+        return {"__sha256__": hashlib.sha256(header + palette + value.tobytes()).hexdigest()}
+    if hasattr(value, "detach"):  # a torch tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        header = f"array:{value.dtype.str}:{value.shape}:".encode()
+        return {"__sha256__": hashlib.sha256(header + np.ascontiguousarray(value).tobytes()).hexdigest()}
+    if isinstance(value, bytes | bytearray):
+        return {"__sha256__": hashlib.sha256(b"bytes:" + bytes(value)).hexdigest()}
+    if isinstance(value, set | frozenset):
+        return {"__set__": sorted(json.dumps(v, sort_keys=True, default=_json_fallback) for v in value)}
+    if type(value).__repr__ is object.__repr__:
+        raise TypeError(f"{type(value).__name__} has no content to key it by (its repr is a memory address)")
+    return {"__repr__": f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"}
 
 
 class PassRateMemory:
