@@ -7,6 +7,7 @@ known p that only the tool loop can turn up, and everything the trainer counts c
 """
 
 import importlib.resources
+import math
 import os
 import random
 import re
@@ -478,3 +479,59 @@ def test_rollout_func_missing_keys_raise_trls_error_in_training(toy_cold_dir, tm
     )
     with pytest.raises(ValueError, match="rollout_func must return keys"):
         trainer.train()
+
+
+def test_environment_owned_reward_beside_reward_funcs_and_an_environment_without_one(tool_model_dir, tmp_path):
+    """TRL appends one reward column per environment class that owns its reward (weight 1, after `reward_funcs`);
+    rollouts of an environment without `get_reward` get None there, which the exit rule leaves out of the total."""
+    tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
+
+    class PlainCalculator:  # no get_reward: scored by reward_funcs only
+        def reset(self, **row):
+            self.problem = row["key"]
+            return f"Compute {self.problem}."
+
+        def submit(self, a: int, b: int) -> int:
+            """
+            Submit the two factors of the problem; returns their product.
+
+            Args:
+                a: The first factor.
+                b: The second factor.
+
+            Returns:
+                The product.
+            """
+            return a * b
+
+    def submitted_reward(completions, **kwargs):  # 1 when the rollout called the tool at all
+        return [float(submitted_factors(completion) is not None) for completion in completions]
+
+    rows = [{"key": k, "environment": name} for k in PASS_RATE for name in ("scored", "plain")]
+    args = config(tmp_path, per_device_train_batch_size=24, reward_weights=[0.5])
+    trainer = ReinforceAdaTrainer(
+        str(tool_model_dir),
+        submitted_reward,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        environment_factory={"scored": CalculatorEnvironment, "plain": PlainCalculator},
+    )
+    assert trainer.reward_func_names == ["submitted_reward", "CalculatorEnvironment"]
+    assert trainer.reward_weights.tolist() == [0.5, 1.0]
+    scored = []
+    inner = trainer._calculate_rewards
+
+    def spy(inputs, prompts, completions, completion_ids_list):
+        rewards = inner(inputs, prompts, completions, completion_ids_list)
+        scored.extend(zip([row["environment"] for row in inputs], rewards[:, 1].tolist(), strict=True))
+        return rewards
+
+    policy = ScriptedPolicy(tokenizer, tool="submit")
+    with patch.object(trainer.model, "generate", side_effect=policy), patch.object(trainer, "_calculate_rewards", spy):
+        trainer.train()
+    assert {name for name, _ in scored} == {"scored", "plain"}
+    assert all(math.isnan(value) for name, value in scored if name == "plain")
+    assert all(value in (0.0, 1.0) for name, value in scored if name == "scored")
+    logs = [row for row in trainer.state.log_history if "ada/rounds" in row]
+    assert all(math.isfinite(row["rewards/CalculatorEnvironment/mean"]) for row in logs)
