@@ -30,7 +30,8 @@ TRL_SRC=${TRL_SRC:-}
 COMPAT_TESTS=${COMPAT_TESTS:-"tests/test_compat.py tests/test_config.py tests/test_recipes.py tests/test_trainer.py
 tests/test_trainer_est.py tests/test_streaming_cb.py tests/test_streaming_server.py tests/test_failure_modes.py
 tests/test_integrations.py tests/test_multiprocess.py tests/test_multiprocess_est.py tests/test_multiprocess_faults.py
-tests/test_resume.py tests/test_resume_est.py tests/test_train_cli.py tests/test_gpu_check.py"}
+tests/test_resume.py tests/test_resume_est.py tests/test_train_cli.py tests/test_gpu_check.py
+tests/test_tools_environments.py tests/test_vlm.py"}
 
 entries=("$@")
 [[ ${#entries[@]} -gt 0 ]] || read -ra entries <<<"$COMPAT_RELEASES"

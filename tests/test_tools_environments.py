@@ -535,3 +535,35 @@ def test_environment_owned_reward_beside_reward_funcs_and_an_environment_without
     assert all(value in (0.0, 1.0) for name, value in scored if name == "scored")
     logs = [row for row in trainer.state.log_history if "ada/rounds" in row]
     assert all(math.isfinite(row["rewards/CalculatorEnvironment/mean"]) for row in logs)
+
+
+def test_prepared_rollouts_are_the_ones_grpo_trainer_prepares_for_its_batch(tool_model_dir, tmp_path):
+    """The seam `_prepare_rollouts` relies on: GRPOTrainer's step prepares its rows (environment reset, observation,
+    tool dicts) and then calls `_generate` with their prompts. Run on the step's own rows, it must hand back exactly
+    the prompts GRPOTrainer built, with one freshly reset environment and one tool dict per row."""
+    tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
+    trainer = ReinforceAdaTrainer(
+        str(tool_model_dir),
+        consistency_reward([]),
+        args=config(tmp_path, max_steps=1),
+        train_dataset=tool_dataset(),
+        processing_class=tokenizer,
+        environment_factory=CalculatorEnvironment,
+    )
+    compared = []
+    inner = trainer._generate
+
+    def compare(prompts):
+        rows = list(trainer._ada_inputs)
+        prepared = trainer._prepare_rollouts(rows)
+        compared.append(prepared == prompts)
+        assert [env.problem for env in trainer.environments] == [row["key"] for row in rows]
+        assert len(trainer._sync_tool_dicts) == len(rows) and all("submit" in d for d in trainer._sync_tool_dicts)
+        return inner(prompts)
+
+    with (
+        patch.object(trainer.model, "generate", side_effect=ScriptedPolicy(tokenizer, tool="submit")),
+        patch.object(trainer, "_generate", compare),
+    ):
+        trainer.train()
+    assert compared == [True]

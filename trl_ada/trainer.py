@@ -63,6 +63,9 @@ class ReinforceAdaTrainer(GRPOTrainer):
       `prompt_selection` or `refill`, a group of rows may end up holding another prompt of the training set, drawn
       from a side stream (`trl_ada.prompt_stream`); `_generate` then rewrites that group's entries in the step's
       prompts and inputs (the lists GRPOTrainer goes on to log and to hand to reward functions).
+    - With `tools` or `environment_factory`, each round first rebuilds GRPOTrainer's per-rollout state (environment
+      instances and their `reset`, tool dicts) for that round's rollouts (`_prepare_rollouts`), so TRL's tool loop
+      runs on every rollout; `_tool_call_loop` only counts its calls, for one `tools/*` entry per step.
     - `_generate_single_turn` hands streamed completions to GRPOTrainer's `_generate` for decoding and logging.
     - `_calculate_rewards` returns the rewards already computed during sampling: nothing is scored twice.
     - `_generate_and_score_completions` replaces the group advantages with pool-level ones and logs `ada/*` metrics.
