@@ -240,7 +240,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         names = ("environments", "_batch_environments", "_sync_tool_dicts", "_async_tool_dicts")
         saved = {name: getattr(self, name) for name in names if hasattr(self, name)}
         self._ada_tool_counts = [] if self.tools else None
-        marks = metric_marks(self, TOOL_METRICS)
+        marks = metric_marks(self, TOOL_METRICS) if self.tools else {}  # no empty `tools/*` entries without tools
         try:
             yield
             if self.tools:
