@@ -567,3 +567,33 @@ def test_prepared_rollouts_are_the_ones_grpo_trainer_prepares_for_its_batch(tool
     ):
         trainer.train()
     assert compared == [True]
+
+
+class MalformedPolicy(ScriptedPolicy):
+    """Opens a tool call whose JSON never closes, as an untrained model does."""
+
+    def turn(self, text: str) -> str:
+        if TOOL_RESPONSE.findall(text):
+            return super().turn(text)
+        self.first_turns += 1
+        return '<tool_call>\n{"name": "multiply", "arguments": {"a": 3,\n</tool_call><|im_end|>'
+
+
+def test_malformed_tool_calls_train_and_score_as_answers(tool_model_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
+    trainer = ReinforceAdaTrainer(
+        str(tool_model_dir),
+        answer_reward,
+        args=config(tmp_path, sampling_strategy="positive"),
+        train_dataset=tool_dataset(),
+        processing_class=tokenizer,
+        tools=[multiply],
+    )
+    policy = MalformedPolicy(tokenizer)
+    with patch.object(trainer.model, "generate", side_effect=policy):
+        trainer.train()
+    logs = per_step_tool_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(row["loss"]) for row in logs)
+    # Nothing parsed as a call, so no tool ran; every rollout was wrong and spent the budget (positive rule).
+    assert all(row["tools/call_frequency"] == 0.0 and row["reward"] == 0.0 for row in logs)
+    assert policy.first_turns == 2 * 3 * trainer.ada_schedule.budget
