@@ -4,6 +4,7 @@ GRPOTrainer turns a conversational `prompt` plus the row's `image` (or `images`)
 those are the prompts the rounds generate from and the pass-rate memory keys by (text and pixels).
 """
 
+import functools
 import random
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 from datasets import Dataset
 from PIL import Image
 from test_trainer import ada_logs
-from tiny_vlm import load_tiny_vlm, save_tiny_vlm
+from tiny_vlm import VISION_TOKENS, build_tiny_vlm_processor, load_tiny_vlm, save_tiny_vlm
 from trl import GRPOConfig, GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
@@ -64,8 +65,16 @@ def coin_reward(seed: int = 0):
     return coin, mismatches
 
 
+@functools.cache
+def vision_token_ids() -> list[int]:
+    return build_tiny_vlm_processor().tokenizer.convert_tokens_to_ids(VISION_TOKENS)
+
+
 def vlm_config(tmp_path, config_cls=ReinforceAdaConfig, **overrides):
     settings = dict(
+        # The untrained model may sample a vision token, which the loss's forward pass would then count as an image
+        # placeholder with no pixels behind it ("image features and image tokens do not match").
+        generation_kwargs={"suppress_tokens": vision_token_ids()},
         output_dir=str(tmp_path),
         use_cpu=True,
         bf16=False,
