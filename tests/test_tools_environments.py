@@ -6,7 +6,6 @@ wrong; after a tool response it answers with the number the tool returned. So ev
 known p that only the tool loop can turn up, and everything the trainer counts can be counted independently here.
 """
 
-import importlib.resources
 import math
 import os
 import random
@@ -15,9 +14,8 @@ from unittest.mock import patch
 
 import pytest
 import torch
-import trl
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
@@ -28,21 +26,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 PASS_RATE = {"3*4": 0.25, "5*6": 0.75, "2*9": 0.5}
 TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
-
-
-@pytest.fixture(scope="module")
-def tool_model_dir(toy_cold_dir, tmp_path_factory):
-    """The toy model with room for a tool-calling prompt (TRL's Qwen3 template renders the tool schema) and that
-    template, whose response parser TRL knows."""
-    folder = tmp_path_factory.mktemp("tool-model")
-    model = AutoModelForCausalLM.from_pretrained(toy_cold_dir)
-    model.config.max_position_embeddings = 2048  # TRL's tool loop drops a tool result past the context
-    model.save_pretrained(folder)
-    tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)
-    tokenizer.model_max_length = 2048
-    tokenizer.chat_template = (importlib.resources.files(trl) / "chat_templates" / "qwen3.jinja").read_text()
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def multiply(a: int, b: int) -> int:
