@@ -81,9 +81,14 @@ def answer_reward(completions, answer, **kwargs):
     ]
 
 
+def product(key: str) -> str:
+    a, b = key.split("*")
+    return str(int(a) * int(b))
+
+
 def tool_dataset(keys=tuple(PASS_RATE)):
     return Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": f"What is {k}?"}], "answer": str(eval(k)), "key": k} for k in keys]
+        [{"prompt": [{"role": "user", "content": f"What is {k}?"}], "answer": product(k), "key": k} for k in keys]
     )
 
 
