@@ -18,24 +18,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_two_processes(tmp_path, model_dir, round_sizing: str) -> list[dict]:
-    script = Path(__file__).with_name("mp_rounds.py")
+def launch_two_processes(script: str, *args: object, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `tests/<script> args...` on two processes, one thread each, and return the finished launcher."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         # accelerate's --cpu launcher starts one process without MPI; --multi_gpu goes through torch.distributed.run,
         # and use_cpu=True in the config then trains on CPU over gloo.
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(script), str(tmp_path), str(model_dir), round_sizing,
+        str(Path(__file__).with_name(script)), *map(str, args),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def rank_outputs(out_dir: Path) -> list[dict]:
+    """What each rank's script wrote to `rank<r>.json` in `out_dir`."""
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def run_two_processes(script: str, out_dir: Path, *args: object) -> list[dict]:
+    """`launch_two_processes` for a script whose first argument is `out_dir`; it must succeed on both ranks."""
+    result = launch_two_processes(script, out_dir, *args)
     assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return rank_outputs(out_dir)
 
 
 def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
-    ranks = run_two_processes(tmp_path, toy_cold_dir, "fixed")
+    ranks = run_two_processes("mp_rounds.py", tmp_path, toy_cold_dir, "fixed")
 
     # 2 steps x 4 rounds, each call with 2 prompts x 8 samples: rank 0 (done after round 1) pads to match rank 1.
     assert ranks[0]["rows_per_call"] == ranks[1]["rows_per_call"] == [16] * 8
@@ -53,7 +63,7 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
 def test_two_processes_with_posterior_sized_rounds(toy_cold_dir, tmp_path):
     from trl_ada.engine import Schedule, posterior_round_size
 
-    ranks = run_two_processes(tmp_path, toy_cold_dir, "posterior")
+    ranks = run_two_processes("mp_rounds.py", tmp_path, toy_cold_dir, "posterior")
     # Rank 1's prompts are never right: replay the sizing rule on all-negative counts (rank 0 resolves in round 1).
     schedule = Schedule.from_strategy("positive", 4, 8, 4, round_sizing="posterior")
     sizes, drawn = [], 0

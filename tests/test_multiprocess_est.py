@@ -1,14 +1,9 @@
 """Two processes running Reinforce-Ada-Est agree on the pass-rate memory, and it holds what both of them scored."""
 
-import json
-import os
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from test_multiprocess import free_port
+from test_multiprocess import run_two_processes
 
 from trl_ada.memory import prompt_key
 
@@ -16,17 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
 def test_two_processes_share_one_memory(toy_cold_dir, tmp_path):
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(Path(__file__).with_name("mp_est.py")), str(tmp_path), str(toy_cold_dir),
-    ]  # fmt: skip
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = run_two_processes("mp_est.py", tmp_path, toy_cold_dir)
 
     assert ranks[0]["memory"] == ranks[1]["memory"]
     # decay = 1: each prompt's counts are the sums of what the reward functions of both processes scored.

@@ -1,13 +1,9 @@
 """Faults with two processes (accelerate, CPU, gloo), each run under a timeout: uneven activity, one failing rank."""
 
-import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from test_multiprocess import free_port
+from test_multiprocess import launch_two_processes, rank_outputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -15,16 +11,8 @@ TIMEOUT = 180  # seconds; a hang in a collective call would otherwise block unti
 
 
 def launch(tmp_path, model_dir, mode: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(Path(__file__).with_name("mp_faults.py")), str(tmp_path), str(model_dir), mode,
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    return result, ranks
+    result = launch_two_processes("mp_faults.py", tmp_path, model_dir, mode, timeout=TIMEOUT)
+    return result, rank_outputs(tmp_path)
 
 
 def test_ranks_with_different_numbers_of_active_prompts_and_one_with_none(toy_cold_dir, tmp_path):

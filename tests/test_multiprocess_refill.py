@@ -1,29 +1,13 @@
 """Refill and prompt selection on two processes: disjoint side streams, one memory, the same metrics."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from test_multiprocess import free_port
+from test_multiprocess import run_two_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
 def test_two_processes_draw_disjoint_refills_and_agree(toy_cold_dir, tmp_path):
-    script = Path(__file__).with_name("mp_refill.py")
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(script), str(tmp_path), str(toy_cold_dir),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = run_two_processes("mp_refill.py", tmp_path, toy_cold_dir)
 
     # Each process's side stream is its own shard of the epoch's permutation: no row drawn by both (32 rows, so
     # fewer than 16 draws each stay within epoch 0).

@@ -1,29 +1,13 @@
 """Tools on two processes: per-round tool state on each, `tools/*` gathered once per step."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from test_multiprocess import free_port
+from test_multiprocess import run_two_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
 def test_tool_counts_are_gathered_over_processes_and_rounds(tool_model_dir, tmp_path):
-    script = Path(__file__).with_name("mp_tools.py")
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        str(script), str(tmp_path), str(tool_model_dir),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = run_two_processes("mp_tools.py", tmp_path, tool_model_dir)
     # Each rank: 2 prompts x 4 rows per round. Rank 1 never resolves (3 rounds), so rank 0 resolves in round 1 and
     # pads rounds 2 and 3 with copies of its first prompt, which the scripted policy also answers with a tool call.
     assert [rank["first_turns"] for rank in ranks] == [24, 24]

@@ -6,19 +6,15 @@ import functools
 import importlib
 import json
 import math
-import os
 import random
 import re
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from standin_vllm_server import StandInServer, attach
-from test_multiprocess import free_port
+from test_multiprocess import launch_two_processes, rank_outputs
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaTrainer
@@ -497,17 +493,10 @@ def test_two_processes_stream_a_step_then_both_fail_when_the_server_stops_answer
     """Step 1 trains on both processes against an answering server; then the server goes silent, and step 2 fails
     on both processes with the timeout error (each streams on its own, so each times out on its own), no hang."""
     with StandInServer(wrong_is_slow(0.5), logprob=logprob) as server:
-        command = [
-            sys.executable, "-m", "accelerate.commands.launch",
-            "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-            str(Path(__file__).with_name("mp_streaming_server.py")), str(tmp_path), str(toy_cold_dir), server.url,
-        ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        result = subprocess.run(command, capture_output=True, text=True, timeout=200, env=env)
+        result = launch_two_processes("mp_streaming_server.py", tmp_path, toy_cold_dir, server.url, timeout=200)
         server.settle()
     assert result.returncode != 0
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = rank_outputs(tmp_path)
     for rank in ranks:
         assert rank["steps"] == 1 and len(rank["logs"]) == 1, result.stderr[-4000:]
         assert rank["error"].startswith("VLLMServerError: On process "), rank["error"]
