@@ -1,13 +1,14 @@
-"""What the multi-process scripts (`mp_*.py`, run under `accelerate launch`) share: a small CPU training config and
-the teardown before exit."""
+"""What the trainer tests and the multi-process scripts (`mp_*.py`, run under `accelerate launch`) share: a small CPU
+training config, and the scripts' teardown before exit."""
 
 import torch
 
 from trl_ada import ReinforceAdaConfig
 
 
-def cpu_config(out_dir: str, **overrides) -> ReinforceAdaConfig:
-    """A ReinforceAdaConfig for a short CPU run with groups of 4, logging every step and saving nothing."""
+def cpu_config(out_dir: str, config_cls: type = ReinforceAdaConfig, **overrides) -> ReinforceAdaConfig:
+    """A ReinforceAdaConfig (or `config_cls`, e.g. GRPOConfig) for a short CPU run with groups of 4, logging every
+    step and saving nothing."""
     settings = dict(
         output_dir=out_dir,
         use_cpu=True,
@@ -17,7 +18,7 @@ def cpu_config(out_dir: str, **overrides) -> ReinforceAdaConfig:
         logging_steps=1,
         num_generations=4,
     )
-    return ReinforceAdaConfig(**(settings | overrides))
+    return config_cls(**(settings | overrides))
 
 
 def shut_down() -> None:

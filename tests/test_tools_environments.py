@@ -15,10 +15,11 @@ from unittest.mock import patch
 import pytest
 import torch
 from datasets import Dataset
+from mp_common import cpu_config
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -93,22 +94,8 @@ def tool_dataset(keys=tuple(PASS_RATE)):
 
 
 def config(tmp_path, **overrides):
-    settings = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        per_device_train_batch_size=12,
-        num_generations=4,
-        max_completion_length=200,
-        max_steps=2,
-        learning_rate=0.1,
-        seed=0,
-    )
-    settings.update(overrides)
-    return ReinforceAdaConfig(**settings)
+    settings = dict(per_device_train_batch_size=12, max_completion_length=200, max_steps=2, learning_rate=0.1, seed=0)
+    return cpu_config(str(tmp_path), **(settings | overrides))
 
 
 def per_step_tool_logs(trainer):

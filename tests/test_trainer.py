@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from datasets import Dataset
+from mp_common import cpu_config
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
@@ -22,21 +23,8 @@ def keyed_dataset(keys):
 
 
 def make_trainer(model_dir, tmp_path, reward_funcs, dataset, trainer_cls=ReinforceAdaTrainer, tools=None, **overrides):
-    settings = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=3,
-        max_steps=2,
-        seed=0,
-    )
-    settings.update(overrides)
-    args = ReinforceAdaConfig(**settings)
+    settings = dict(per_device_train_batch_size=8, max_completion_length=3, max_steps=2, seed=0)
+    args = cpu_config(str(tmp_path), **(settings | overrides))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return trainer_cls(
         str(model_dir), reward_funcs, args=args, train_dataset=dataset, processing_class=tokenizer, tools=tools

@@ -97,6 +97,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from mp_common import cpu_config
 from transformers import AutoTokenizer
 
 import trl_ada.trainer as trainer_module
@@ -163,15 +164,9 @@ class Recorder:
 
 
 def make_trainer(model_dir, tmp_path, recorder: Recorder, **vllm_args) -> ReinforceAdaTrainer:
-    args = ReinforceAdaConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
+    args = cpu_config(
+        str(tmp_path),
         per_device_train_batch_size=12,  # 3 prompts x num_generations
-        num_generations=4,
         max_completion_length=MAX_COMPLETION_LENGTH,
         max_steps=1,
         seed=0,

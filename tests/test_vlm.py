@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from mp_common import cpu_config
 from PIL import Image
 from test_trainer import ada_logs
 from tiny_vlm import VISION_TOKENS, build_tiny_vlm_processor, load_tiny_vlm, save_tiny_vlm
@@ -75,21 +76,13 @@ def vlm_config(tmp_path, config_cls=ReinforceAdaConfig, **overrides):
         # The untrained model may sample a vision token, which the loss's forward pass would then count as an image
         # placeholder with no pixels behind it ("image features and image tokens do not match").
         generation_kwargs={"suppress_tokens": vision_token_ids()},
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
         per_device_train_batch_size=8,
-        num_generations=4,
         max_completion_length=4,
         max_steps=2,
         learning_rate=1e-2,
         seed=0,
     )
-    settings.update(overrides)
-    return config_cls(**settings)
+    return cpu_config(str(tmp_path), config_cls, **(settings | overrides))
 
 
 def make_vlm_trainer(model_dir, tmp_path, reward, dataset, trainer_cls=ReinforceAdaTrainer, peft_config=None, **kw):
