@@ -202,14 +202,11 @@ def test_kept_rows_are_scored_on_their_final_answer(tool_model_dir, tmp_path):
 # -------------------------------------------------------------------------------------------------------------------
 
 
-class CalculatorEnvironment:
-    """Holds one problem per rollout; the model submits an answer through the `submit` tool, and the environment
-    owns the reward."""
-
-    instances = 0
+class Calculator:
+    """Holds one problem per rollout (the row's `key`, or a random one); the model submits its factors through the
+    `submit` tool."""
 
     def __init__(self):
-        CalculatorEnvironment.instances += 1
         self.problem, self.submitted = None, None
 
     def reset(self, **row):
@@ -229,6 +226,10 @@ class CalculatorEnvironment:
         """
         self.submitted = f"{a}*{b}"
         return a * b
+
+
+class CalculatorEnvironment(Calculator):
+    """A calculator that owns the reward: 1 when the submitted factors are the problem's."""
 
     def get_reward(self) -> float:
         return float(self.submitted == self.problem)
@@ -461,24 +462,6 @@ def test_environment_owned_reward_beside_reward_funcs_and_an_environment_without
     rollouts of an environment without `get_reward` get None there, which the exit rule leaves out of the total."""
     tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
 
-    class PlainCalculator:  # no get_reward: scored by reward_funcs only
-        def reset(self, **row):
-            self.problem = row["key"]
-            return f"Compute {self.problem}."
-
-        def submit(self, a: int, b: int) -> int:
-            """
-            Submit the two factors of the problem; returns their product.
-
-            Args:
-                a: The first factor.
-                b: The second factor.
-
-            Returns:
-                The product.
-            """
-            return a * b
-
     def submitted_reward(completions, **kwargs):  # 1 when the rollout called the tool at all
         return [float(submitted_factors(completion) is not None) for completion in completions]
 
@@ -490,7 +473,7 @@ def test_environment_owned_reward_beside_reward_funcs_and_an_environment_without
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        environment_factory={"scored": CalculatorEnvironment, "plain": PlainCalculator},
+        environment_factory={"scored": CalculatorEnvironment, "plain": Calculator},  # Calculator: no get_reward
     )
     assert trainer.reward_func_names == ["submitted_reward", "CalculatorEnvironment"]
     assert trainer.reward_weights.tolist() == [0.5, 1.0]
