@@ -229,9 +229,9 @@ def test_prompt_key_of_token_ids_is_blake2b_of_little_endian_int64():
     assert prompt_key([1, 2, 3]) != prompt_key([1, 2, 3, 0])  # padding changes the key: pass unpadded ids
 
 
-def test_prompt_key_is_stable_across_interpreter_runs():
-    code = "from trl_ada.memory import prompt_key; print(prompt_key([5, 6, 7]), prompt_key('q-12'))"
-    keys = {
+def outputs_under_hash_seeds(code: str, *seeds: str) -> set[str]:
+    """The distinct outputs of `python -c code` run once under each PYTHONHASHSEED."""
+    return {
         subprocess.run(
             [sys.executable, "-c", code],
             env={**os.environ, "PYTHONHASHSEED": seed},
@@ -239,8 +239,13 @@ def test_prompt_key_is_stable_across_interpreter_runs():
             text=True,
             check=True,
         ).stdout
-        for seed in ("1", "2")
+        for seed in seeds
     }
+
+
+def test_prompt_key_is_stable_across_interpreter_runs():
+    code = "from trl_ada.memory import prompt_key; print(prompt_key([5, 6, 7]), prompt_key('q-12'))"
+    keys = outputs_under_hash_seeds(code, "1", "2")
     assert keys == {f"{prompt_key([5, 6, 7])} id:q-12\n"}
 
 
@@ -349,16 +354,7 @@ def test_prompt_text_key_of_images_is_stable_across_interpreter_runs():
         "print(prompt_text_key([{'role': 'user', 'content': [{'type': 'image', 'image': image}, "
         "{'type': 'text', 'text': 'What color?'}]}]))"
     )
-    keys = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("1", "2")
-    }
+    keys = outputs_under_hash_seeds(code, "1", "2")
     assert keys == {prompt_text_key(image_prompt("What color?", ramp_image())) + "\n"}
 
 
@@ -382,16 +378,7 @@ def test_prompt_text_key_of_other_non_json_values_is_content_based():
     assert key(pathlib.PurePosixPath("a/b")) != key("a/b")
     # A set of strings is keyed the same whatever the interpreter's string hashing.
     code = "from trl_ada.memory import prompt_text_key; print(prompt_text_key({'alpha', 'beta', 'gamma', 'delta'}))"
-    keys = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("1", "2", "3")
-    }
+    keys = outputs_under_hash_seeds(code, "1", "2", "3")
     assert keys == {prompt_text_key({"alpha", "beta", "gamma", "delta"}) + "\n"}
     # Nothing to key an object by but its address: still an error, not a key that changes between runs.
     with pytest.raises(TypeError, match="memory address"):
