@@ -13,7 +13,7 @@ from mp_common import cpu_config
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
-from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import ReinforceAdaTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -231,18 +231,8 @@ def test_train_with_lora(toy_cold_dir, tmp_path):
     from peft import LoraConfig
 
     tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)
-    args = ReinforceAdaConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=3,
-        max_steps=2,
-        learning_rate=1e-2,
-        logging_steps=1,
+    args = cpu_config(
+        str(tmp_path), per_device_train_batch_size=8, max_completion_length=3, max_steps=2, learning_rate=1e-2
     )
     trainer = ReinforceAdaTrainer(
         str(toy_cold_dir),
