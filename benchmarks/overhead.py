@@ -124,17 +124,17 @@ def timed_internals(clock: SectionClock) -> Iterator[None]:
     """Time the engine and advantage functions where the trainer looks them up, restoring them afterwards."""
     from trl_ada import trainer as module
     from trl_ada.backends import rounds
+    from trl_ada.engine import Tally
 
     patches = [(rounds, "sample", "engine"), (module, "downsample", "engine")]
-    advantages = ("nan_mean_std", "difficulty_weights", "normalized_advantages")
-    patches += [(module, name, "advantages") for name in advantages]
-    patches += [(module.Tally, "metrics", "engine"), (rounds.Rollouts, "add", "trainer bookkeeping")]
+    patches += [(module, "pool_advantages", "advantages")]
+    patches += [(Tally, "metrics", "engine"), (rounds.Rollouts, "add", "trainer bookkeeping")]
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
-    saved.append((module.Tally, "of", module.Tally.__dict__["of"]))
+    saved.append((Tally, "of", Tally.__dict__["of"]))
     try:
         for owner, name, section in patches:
             setattr(owner, name, clock.wrap(section, getattr(owner, name)))
-        module.Tally.of = classmethod(clock.wrap("engine", module.Tally.__dict__["of"].__func__))
+        Tally.of = classmethod(clock.wrap("engine", Tally.__dict__["of"].__func__))
         yield
     finally:
         for owner, name, original in saved:

@@ -137,3 +137,50 @@ def test_the_step_logs_the_prompts_list_it_passed_to_generate():
     assert not rebound, f"the step rebinds {rebound} after generation"
     assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in rest
     assert 'self._logs["prompt"].extend(gather_object(prompts))' in rest
+
+
+def test_the_rest_of_the_seam_list_is_where_compat_says():
+    """Every other TRL-private name trl-ada reads, writes or overrides (compat.py's module docstring lists them)."""
+    from transformers import Trainer
+
+    from trl_ada.compat import ROLLOUT_STATE, GenerationOutput, ToolLoopOutput
+
+    # Overridden and called: their signatures.
+    assert parameters(GRPOTrainer._tool_call_loop) == [
+        *["self", "prompts", "prompt_ids", "completion_ids", "completions", "logprobs", "images"],
+        "multimodal_fields",
+    ]
+    assert parameters(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert parameters(Trainer._get_output_dir) == ["self", "trial"]
+    # The output tuples read by name: the names trl-ada gives them are TRL's own, in order.
+    tool_loop = inspect.getsource(GRPOTrainer._tool_call_loop)
+    assert f"return {', '.join(ToolLoopOutput._fields)}" in tool_loop
+    generate = inspect.getsource(GRPOTrainer._generate)
+    returned = "prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images"
+    assert f"return {returned}" in generate
+    assert returned.split(", ") == list(GenerationOutput._fields)
+    # Per-rollout state that rounds rebuild (GRPOTrainer's step sets it) and restore.
+    step = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for name in ROLLOUT_STATE:
+        assert f"self.{name} = " in step or f"self.{name}.append" in step, name
+    # Attributes read or written.
+    init = inspect.getsource(GRPOTrainer.__init__)
+    for name in ("_pending_extra_logs", "_metrics", "_logs", "_last_loaded_step", "environment_factories"):
+        assert f"self.{name} = " in init, name
+    assert "self._tokenizer" in inspect.getsource(GRPOTrainer._generate)
+    from trl.generation import vllm_generation
+
+    assert "self._llm_weights_sleeping = " in inspect.getsource(vllm_generation)
+
+
+def test_local_reward_gather_patches_only_where_there_are_several_processes(monkeypatch):
+    """One process: TRL's own gather already returns its input, so nothing is patched; several: the module-level
+    gather is the identity inside the call and TRL's again after it, even when the call raises."""
+    original = grpo_trainer.gather
+    with compat.local_reward_gather(1):
+        assert grpo_trainer.gather is original
+    with pytest.raises(RuntimeError), compat.local_reward_gather(2):
+        sentinel = object()
+        assert grpo_trainer.gather(sentinel) is sentinel
+        raise RuntimeError("reward failed")
+    assert grpo_trainer.gather is original

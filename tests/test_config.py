@@ -146,3 +146,48 @@ def test_round_sizing(make):
     assert make(round_sizing="posterior", sampling_strategy="uniform").schedule().round_sizing == "fixed"
     with pytest.raises(ValueError, match="round_sizing"):
         make(round_sizing="adaptive")
+
+
+def test_every_declared_choice_is_enforced(make):
+    """Independent of the validation loop: every choice field ReinforceAdaConfig adds rejects an undeclared value,
+    with a message naming the field and its choices."""
+    import dataclasses
+    import re
+
+    from trl import GRPOConfig
+
+    from trl_ada import ReinforceAdaConfig
+
+    inherited = {f.name for f in dataclasses.fields(GRPOConfig)}
+    declared = {
+        f.name: f.metadata["choices"]
+        for f in dataclasses.fields(ReinforceAdaConfig)
+        if "choices" in f.metadata and f.name not in inherited
+    }
+    known = ("sampling_strategy", "round_sizing", "rollout_schedule", "advantage_baseline", "difficulty_weighting")
+    assert {*known, "downsample", "allocation_rule", "prompt_selection"} <= set(declared)  # not vacuous
+    for name, choices in declared.items():
+        for good in choices:  # every declared value passes the choice check (it may break another rule)
+            try:
+                make(**{name: good})
+            except ValueError as error:
+                assert f"{name}={good!r} is not one of" not in str(error), error
+        bad = "not-a-choice"
+        with pytest.raises(ValueError, match=re.escape(f"{name}={bad!r} is not one of {tuple(choices)}.")):
+            make(**{name: bad})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({}, False),
+        ({"refill": True}, True),
+        ({"prompt_selection": "pass_rate"}, True),
+        ({"refill": True, "prompt_selection": "pass_rate"}, True),
+    ],
+)
+def test_uses_side_stream(make, kwargs, expected):
+    config = make(**kwargs)
+    assert config.uses_side_stream is expected
+    with pytest.raises(AttributeError):  # read-only: derived from refill and prompt_selection
+        config.uses_side_stream = not expected

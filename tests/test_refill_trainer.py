@@ -10,7 +10,7 @@ from test_streaming_cb import SMALL_CACHE
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada.trainer import STREAM_STATE_FILE
+from trl_ada.prompt_stream import STREAM_STATE_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -221,7 +221,7 @@ def test_resume_needs_the_stream_of_every_process(toy_cold_dir, tmp_path):
     state = trainer.ada_side_prompts.stream.state_dict()
     (tmp_path / STREAM_STATE_FILE).write_text(json.dumps({"processes": [state, state]}))
     with pytest.raises(ValueError, match="2 processes; this run has 1"):
-        trainer._load_side_stream(tmp_path)
+        trainer.ada_side_prompts.load_stream(tmp_path)
     (tmp_path / STREAM_STATE_FILE).write_text(json.dumps({"processes": [{**state, "position": 3}]}))
-    trainer._load_side_stream(tmp_path)
+    assert trainer.ada_side_prompts.load_stream(tmp_path)
     assert trainer.ada_side_prompts.stream.position == 3

@@ -95,7 +95,7 @@ def test_downsampling_rng_is_a_function_of_seed_process_step_and_batch_only():
         )
 
     def draws(seed, process, step, batch=0):
-        rng = ReinforceAdaTrainer._downsample_rng(stand_in(seed, process, step, batch))
+        rng = ReinforceAdaTrainer._rng(stand_in(seed, process, step, batch))
         return [rng.random() for _ in range(4)]
 
     # No state carried between calls (a resumed run rebuilds it from the step alone) ...

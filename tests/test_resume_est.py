@@ -8,7 +8,7 @@ import pytest
 from test_trainer import keyed_dataset, make_trainer
 from transformers import TrainerCallback
 
-import trl_ada.trainer
+import trl_ada.allocation
 from trl_ada.allocation import allocate
 from trl_ada.memory import STATE_FILE
 
@@ -53,7 +53,7 @@ def run(model_dir, out_dir, monkeypatch, resume=None, stop_at=None):
         made.append((list(p_hat), sizes))
         return sizes
 
-    monkeypatch.setattr(trl_ada.trainer, "allocate", recording_allocate)
+    monkeypatch.setattr(trl_ada.allocation, "allocate", recording_allocate)
     trainer = make_trainer(
         model_dir,
         out_dir,

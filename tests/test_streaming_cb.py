@@ -178,7 +178,7 @@ def test_streaming_needs_an_engine_that_streams():
         ReinforceAdaConfig(output_dir="unused", use_cpu=True, bf16=False, rollout_schedule="stream")
 
 
-def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp_path):
+def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp_path, monkeypatch):
     """A reward that raises while streaming: the backend is closed (nothing left running) and the step fails with
     the same error as under rounds, naming the function and the prompt."""
     from trl_ada.checks import RewardFunctionError
@@ -190,10 +190,12 @@ def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp
 
     closed = []
     trainer = streaming_trainer(toy_cold_dir, tmp_path, broken, "ab", max_steps=1)
-    open_backend = trainer._streaming_backend
+    import trl_ada.trainer as trainer_module
 
-    def tracking(prompt_ids):
-        context = open_backend(prompt_ids)
+    open_backend = trainer_module.open_streaming_engine
+
+    def tracking(trainer, prompt_ids):
+        context = open_backend(trainer, prompt_ids)
         backend = context.__enter__()
         try:
             yield backend
@@ -201,7 +203,7 @@ def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp
             context.__exit__(None, None, None)
             closed.append(not backend.manager.is_running())
 
-    trainer._streaming_backend = contextlib.contextmanager(tracking)
+    monkeypatch.setattr(trainer_module, "open_streaming_engine", contextlib.contextmanager(tracking))
     with pytest.raises(RewardFunctionError, match=r"'broken' failed on prompt .*b\?.*KeyError"):
         trainer.train()
     assert closed == [True]

@@ -294,11 +294,7 @@ def test_sampling_payload_mirrors_trl_server_mode():
         max_completion_length, logprobs, structured_outputs_regex = 64, 0, r"\d+"
         generation_kwargs = {"seed": 3, "temperature": 0.5}  # overrides, as in VLLMClient.generate
 
-    class Trainer:
-        vllm_generation = Generation()
-        args = None
-
-    assert sampling_payload(Trainer()) == {
+    assert sampling_payload(Generation(), args=None) == {
         "repetition_penalty": 1.1,
         "temperature": 0.5,
         "top_p": 0.95,
@@ -309,6 +305,12 @@ def test_sampling_payload_mirrors_trl_server_mode():
         "structured_outputs": {"regex": r"\d+"},
         "seed": 3,
     }
+
+    class Config:  # the regex and generation_kwargs fall back to the config when the generation object has none
+        vllm_structured_outputs_regex, generation_kwargs = r"[0-9]", {"seed": 5}
+
+    fallback = sampling_payload(object(), Config())
+    assert fallback["structured_outputs"] == {"regex": "[0-9]"} and fallback["seed"] == 5 and fallback["logprobs"] == 0
     with StandInServer() as server:
         opened = VLLMServerBackend(server.url, [[1]], {"n": 4, "stream": False}, 1.0, 0)
         opened.close()

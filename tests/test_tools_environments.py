@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
 from trl_ada import ReinforceAdaTrainer
+from trl_ada.compat import prepare_rollouts
 
 pytestmark = pytest.mark.slow
 
@@ -496,9 +497,9 @@ def test_environment_owned_reward_beside_reward_funcs_and_an_environment_without
 
 
 def test_prepared_rollouts_are_the_ones_grpo_trainer_prepares_for_its_batch(tool_model_dir, tmp_path):
-    """The seam `_prepare_rollouts` relies on: GRPOTrainer's step prepares its rows (environment reset, observation,
-    tool dicts) and then calls `_generate` with their prompts. Run on the step's own rows, it must hand back exactly
-    the prompts GRPOTrainer built, with one freshly reset environment and one tool dict per row."""
+    """The seam `compat.prepare_rollouts` relies on: GRPOTrainer's step prepares its rows (environment reset,
+    observation, tool dicts) and then calls `_generate` with their prompts. Run on the step's own rows, it must hand
+    back exactly the prompts GRPOTrainer built, with one freshly reset environment and one tool dict per row."""
     tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
     trainer = ReinforceAdaTrainer(
         str(tool_model_dir),
@@ -513,7 +514,7 @@ def test_prepared_rollouts_are_the_ones_grpo_trainer_prepares_for_its_batch(tool
 
     def compare(prompts):
         rows = list(trainer._ada_inputs)
-        prepared = trainer._prepare_rollouts(rows)
+        prepared = prepare_rollouts(trainer, rows)
         compared.append(prepared == prompts)
         assert [env.problem for env in trainer.environments] == [row["key"] for row in rows]
         assert len(trainer._sync_tool_dicts) == len(rows) and all("submit" in d for d in trainer._sync_tool_dicts)

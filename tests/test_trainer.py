@@ -539,9 +539,10 @@ def test_generation_batches_within_an_optimizer_step_are_numbered(toy_cold_dir, 
     seen = []
 
     class Spy(ReinforceAdaTrainer):
-        def _downsample_rng(self):
-            seen.append(self._ada_batch)
-            return super()._downsample_rng()
+        def _rng(self, purpose=None):
+            if purpose is None:  # downsampling's
+                seen.append(self._ada_batch)
+            return super()._rng(purpose)
 
     reward = bernoulli_reward({"a": 0.5, "b": 0.5})
     trainer = make_trainer(

@@ -1,10 +1,15 @@
 """Advantage estimators for Reinforce-Ada, as pure tensor functions.
 
 Shapes: `P` prompts, `G` kept completions per prompt, `N` pool slots per prompt (NaN-padded; NaN also marks a
-completion no reward function could score). Nothing here knows about models, processes or TRL.
+completion no reward function could score). Nothing here knows about models, processes or TRL: the one
+cross-process statistic (`scale_rewards="batch"`, `normalize_then_sum`'s batch standardisation) comes through the
+`gather` the caller passes in.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -117,3 +122,77 @@ def total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch
     """Weighted sum over reward functions; NaN when no function could score the completion (as in TRL)."""
     total = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     return total.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def padded_pools(pools: Sequence[torch.Tensor], budget: int, dtype: torch.dtype) -> torch.Tensor:
+    """Stack per-prompt rewards of different lengths, (n_i, ...) each, into (P, budget, ...) padded with NaN."""
+    stacked = []
+    for rewards in pools:
+        padding = torch.full((budget - len(rewards), *rewards.shape[1:]), float("nan"), dtype=dtype)
+        stacked.append(torch.cat([rewards.to(dtype), padding]))
+    return torch.stack(stacked)
+
+
+def advantage_options(config: Any) -> dict[str, Any]:
+    """`pool_advantages`' options, from a `ReinforceAdaConfig`."""
+    return {
+        "baseline": config.advantage_baseline,
+        "scale_rewards": config.scale_rewards,
+        "weighting": config.difficulty_weighting,
+        "max_weight": config.max_difficulty_weight,
+    }
+
+
+def pool_advantages(
+    kept_rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    pool_rewards: Sequence[Sequence[float]],
+    pass_rates: Sequence[float],
+    p_hat: Sequence[float],
+    *,
+    group_size: int,
+    budget: int,
+    baseline: str = "pool",
+    scale_rewards: str = "none",
+    weighting: str = "none",
+    max_weight: float = 4.0,
+    pool_rewards_per_func: Sequence[torch.Tensor] | None = None,
+    gather: Callable[[torch.Tensor], torch.Tensor] = lambda tensor: tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reinforce-Ada's advantages of the kept rows and each prompt's weight: `((P * G,), (P,))`.
+
+    `kept_rewards_per_func` (P * G, F) are the kept rows' rewards, `pool_rewards` each prompt's weighted totals over
+    its whole pool (the baseline's reference under `baseline="pool"`, else the kept group is), `pass_rates` each
+    pool's pass rate (for `weighting`) and `p_hat` the memory's estimate before this step (for `weighting="odc"`).
+    `scale_rewards` is GRPO's: `"group"` divides by the reference's std, `"batch"` by the std over every process's
+    references (`gather` concatenates them), `"none"` not at all. With `pool_rewards_per_func` (per prompt, (N, F)),
+    TRL's `normalize_then_sum` is applied with the same reference sets, then standardised over the gathered batch.
+    """
+    kept = total_reward(kept_rewards_per_func, reward_weights).view(-1, group_size)
+    if baseline == "pool":
+        reference = torch.tensor(
+            [list(rewards) + [float("nan")] * (budget - len(rewards)) for rewards in pool_rewards], dtype=kept.dtype
+        ).view(-1, budget)
+    else:
+        reference = kept
+    mean, std = nan_mean_std(reference)
+    if scale_rewards == "group":
+        scale = std
+    elif scale_rewards == "batch":  # std over every process's reference sets
+        scale = nan_mean_std(gather(reference).flatten())[1]
+    else:
+        scale = None
+    if weighting == "odc":
+        weights = odc_weights(list(p_hat), max_weight).to(kept.dtype)
+    else:
+        weights = difficulty_weights(torch.tensor(list(pass_rates), dtype=kept.dtype), weighting, max_weight)
+    if pool_rewards_per_func is not None:
+        num_funcs = kept_rewards_per_func.shape[1]
+        kept_per_func = kept_rewards_per_func.view(-1, group_size, num_funcs)
+        by_func = padded_pools(pool_rewards_per_func, budget, kept.dtype) if baseline == "pool" else kept_per_func
+        summed = normalize_then_sum(kept_per_func, by_func, reward_weights.to(kept.dtype))
+        batch_mean, batch_std = nan_mean_std(gather(summed).flatten())  # as TRL, over the whole batch
+        advantages = normalized_advantages(summed, batch_mean, batch_std, weights)
+    else:
+        advantages = normalized_advantages(kept, mean, scale, weights)
+    return advantages.flatten(), weights

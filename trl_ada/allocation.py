@@ -119,3 +119,14 @@ def _round_largest_remainder(shares: list[float], total: int, hi: int) -> list[i
     for i in order[:missing]:
         counts[i] += 1
     return counts
+
+
+def allocate_step(
+    p_hat: Sequence[float], strategy: str, mean: int, min_samples: int, max_samples: int, rule: str
+) -> list[int] | None:
+    """Reinforce-Ada-Est: one process's budget for a step, `mean` samples per prompt, split by `rule` within
+    `[min_samples, max_samples]` (deterministic, so a resumed run allocates as an uninterrupted one). None for the
+    Seq strategies, whose rounds size themselves."""
+    if strategy != "estimate":
+        return None
+    return allocate(p_hat, mean * len(p_hat), min_samples, max_samples, rule)

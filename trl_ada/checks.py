@@ -72,6 +72,120 @@ def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str
             )
 
 
+def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], reward_funcs: Sequence[Any]) -> None:
+    """What `ReinforceAdaTrainer` refuses before GRPOTrainer builds anything: a config of another class, multi-turn
+    rollouts and custom rollout functions under streaming, and reward functions whose arguments no dataset column
+    provides."""
+    if not isinstance(args, config_class):
+        raise TypeError(
+            f"ReinforceAdaTrainer needs a {config_class.__name__}, got {type(args).__name__}. "
+            f"{config_class.__name__} accepts every GRPOConfig argument."
+        )
+    multi_turn = [name for name in ("tools", "environment_factory") if kwargs.get(name)]
+    if multi_turn and args.rollout_schedule == "streaming":
+        raise NotImplementedError(
+            f"rollout_schedule='streaming' does not run `{multi_turn[0]}`: a tool call ends a turn, and "
+            "GRPOTrainer's tool loop continues every rollout of a batch together, while streaming hands the "
+            "engine one single-turn request per completion. Use rollout_schedule='rounds': each round runs "
+            "TRL's tool loop (with an environment instance of its own per rollout)."
+        )
+    if kwargs.get("rollout_func") is not None and args.rollout_schedule == "streaming":
+        raise NotImplementedError(
+            "rollout_schedule='streaming' drives the generation engine itself, so a custom rollout_func cannot "
+            "run per completion; use rollout_schedule='rounds' (rollout_func is then called once per round)."
+        )
+    if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
+        check_reward_columns(reward_funcs, getattr(kwargs.get("train_dataset"), "column_names", None))
+
+
+def check_prompt_id_column(column: str | None, columns: Sequence[str] | None) -> None:
+    """`prompt_id_column` must name a column of the training set (when its columns are known)."""
+    if column is not None and columns is not None and column not in columns:
+        raise ValueError(
+            f"prompt_id_column={column!r} is not a column of the training dataset ({columns}). "
+            "Name a column that identifies each prompt, or leave it None to identify prompts by their text."
+        )
+
+
+def server_unreachable_message(error: BaseException, model_name: str, timeout: float) -> str:
+    """TRL's message suggests `vllm serve`; TRL's server is `trl vllm-serve`."""
+    return (
+        f"{error} Start TRL's server first, on GPUs the trainer does not use: `CUDA_VISIBLE_DEVICES=... trl "
+        f"vllm-serve --model {model_name}`, then point the trainer at it with vllm_server_base_url (or "
+        f"vllm_server_host / vllm_server_port). The trainer waits vllm_server_timeout="
+        f"{timeout} s for it; raise that if the server is still loading the model."
+    )
+
+
+def check_streaming_reward_models(zero_stage: int, reward_funcs: Sequence[Any]) -> None:
+    """Streaming scores each process's completions alone; a reward model under ZeRO-3 cannot run that way."""
+    if zero_stage == 3 and any(isinstance(func, torch.nn.Module) for func in reward_funcs):
+        raise NotImplementedError(
+            "rollout_schedule='streaming' scores each process's completions without collective calls, but a "
+            "reward model's forward pass under DeepSpeed ZeRO-3 is collective. Use rollout_schedule='rounds', "
+            "a reward function, or ZeRO-2."
+        )
+
+
+def empty_prompt_message(prompts: Sequence[Any]) -> str | None:
+    """Empty text prompts tokenize to nothing and make generation fail far from the cause; None when there is none."""
+    empty = [i for i, prompt in enumerate(prompts) if isinstance(prompt, str) and not prompt.strip()]
+    if not empty:
+        return None
+    return (
+        f"Prompt {empty[0]} of this process's batch is empty or blank ({prompts[empty[0]]!r}); an empty text "
+        "prompt cannot be sampled. Drop such rows from the dataset, e.g. "
+        "`dataset.filter(lambda row: row['prompt'].strip())`."
+    )
+
+
+def missing_id_column_message(column: str | None, rows: Sequence[dict[str, Any]]) -> str | None:
+    """`prompt_id_column` missing from a training row (an iterable dataset's columns are known only now)."""
+    missing = None if column is None else next((row for row in rows if column not in row), None)
+    if missing is None:
+        return None
+    return (
+        f"prompt_id_column={column!r} is not a column of the training rows (columns: {sorted(missing)}). "
+        "Add it to the dataset or set prompt_id_column=None to identify prompts by their text."
+    )
+
+
+class ContextCheck:
+    """Warns once per run, through `warn`, when a prompt plus `max_completion_length` (`budget`) overruns the
+    model's `context` (max_position_embeddings): generation still runs, and Transformers only warns without naming
+    the prompt, but such completions are unreliable. No check without a known context."""
+
+    def __init__(self, context: int | None, budget: int, warn: Callable[[str], None]) -> None:
+        self.context, self.budget, self.warn = context, budget, warn
+        self.warned = False
+
+    def __call__(self, prompt_ids: Sequence[list[int]], prompts: Sequence[Any]) -> None:
+        if self.warned or self.context is None:
+            return
+        for ids, prompt in zip(prompt_ids, prompts, strict=True):
+            if len(ids) > self.context - self.budget:
+                self.warned = True
+                self.warn(
+                    f"A prompt of {len(ids)} tokens, {excerpt(prompt)}, leaves less than max_completion_length="
+                    f"{self.budget} tokens of the model's {self.context}-token context "
+                    "(max_position_embeddings); its completions run past the positions the model was trained on. "
+                    "Filter long prompts from the dataset or lower max_completion_length. Warned once per run."
+                )
+                return
+
+
+def reward_failure_message(
+    failure: RewardFailure | None, prompts: Sequence[Any], completions: Sequence[Any], rows: Sequence[int], step: int
+) -> str | None:
+    """What a failed reward function raises, naming the row and training step `step` (1-based); None without one."""
+    if failure is None:
+        return None
+    return (
+        f"{failure.describe(prompts, completions, rows.__getitem__)} (training step {step}). Fix or guard the "
+        "reward function; return None for a completion it cannot score."
+    )
+
+
 @dataclass
 class RewardFailure:
     """The first failure of one reward function in one call: the row it happened on (None: not one row)."""

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -298,142 +298,15 @@ class ReinforceAdaConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.sampling_strategy not in SAMPLING_STRATEGIES:
-            raise ValueError(f"sampling_strategy={self.sampling_strategy!r} is not one of {SAMPLING_STRATEGIES}.")
-        if self.advantage_baseline not in BASELINES:
-            raise ValueError(f"advantage_baseline={self.advantage_baseline!r} is not one of {BASELINES}.")
-        if self.round_sizing not in ROUND_SIZINGS:
-            raise ValueError(f"round_sizing={self.round_sizing!r} is not one of {ROUND_SIZINGS}.")
-        if self.difficulty_weighting not in DIFFICULTY_WEIGHTINGS:
-            raise ValueError(
-                f"difficulty_weighting={self.difficulty_weighting!r} is not one of {DIFFICULTY_WEIGHTINGS}."
-            )
-        if not self.max_difficulty_weight >= 1.0:
-            raise ValueError(
-                f"max_difficulty_weight must be >= 1 (a cap on an up-weighting), got {self.max_difficulty_weight}."
-            )
-        if not math.isfinite(self.positive_threshold):  # inf: nothing (or everything) is ever positive
-            raise ValueError(
-                f"positive_threshold must be a finite number, got {self.positive_threshold}. It is compared with the "
-                "total weighted reward; rewards outside [0, 1] are fine, with a threshold on the same scale."
-            )
-        for name in ("samples_per_round", "max_rounds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("min_positives", "min_negatives"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0 (or None to derive it from the strategy), got {value}.")
-        rule = self.exit_rule
-        if rule.min_positives + rule.min_negatives > self.num_generations:
-            raise ValueError(
-                f"The exit rule asks for {rule.min_positives} positives + {rule.min_negatives} negatives, more than "
-                f"the {self.num_generations} completions (num_generations) a group keeps. Lower min_positives / "
-                "min_negatives or raise num_generations."
-            )
-        if (
-            self.sampling_strategy not in ("uniform", "estimate")
-            and self.samples_per_round * self.max_rounds < self.num_generations
-        ):
-            raise ValueError(
-                f"The per-prompt budget samples_per_round * max_rounds = {self.samples_per_round} * {self.max_rounds}"
-                f" is smaller than num_generations={self.num_generations}, so a group could never be filled."
-            )
-        local_rows = self.generation_batch_size // self.world_size
-        if local_rows % self.num_generations:
-            raise ValueError(
-                f"Each process must hold whole prompt groups: its generation batch of {local_rows} rows "
-                f"(generation_batch_size {self.generation_batch_size} / {self.world_size} processes) is not a "
-                f"multiple of num_generations={self.num_generations}. Adjust per_device_train_batch_size or "
-                "steps_per_generation."
-            )
+        """Resolve GRPOConfig's settings, then check this class's (see `_validate`)."""
+        super().__post_init__()  # first: GRPOConfig derives generation_batch_size, which the rules below read
+        _validate(self)
 
-        self._check_estimate()
-        self._check_rollout_schedule()
-        self._check_prompt_source()
-
-    def _check_prompt_source(self) -> None:
-        """Refill and prompt selection."""
-        if self.prompt_selection not in PROMPT_SELECTIONS:
-            raise ValueError(f"prompt_selection={self.prompt_selection!r} is not one of {PROMPT_SELECTIONS}.")
-        if not 0.0 < self.selection_threshold <= 1.0:
-            raise ValueError(f"selection_threshold must be in (0, 1], got {self.selection_threshold}.")
-        if not 0.0 < self.selection_floor <= 1.0:
-            raise ValueError(
-                f"selection_floor must be in (0, 1], got {self.selection_floor}: with 0 a skipped prompt would never "
-                "be sampled again, so its memory could never show that it changed."
-            )
-        refills = self.max_refills_per_step
-        if refills is not None and (isinstance(refills, bool) or not isinstance(refills, int) or refills < 0):
-            raise ValueError(f"max_refills_per_step must be an integer >= 0 or None, got {refills!r}.")
-        if self.refill and self.sampling_strategy == "estimate":
-            raise ValueError(
-                "refill=True needs an exit rule and a per-prompt budget to sample a replacement with; "
-                "sampling_strategy='estimate' splits one step's budget across the batch in advance. Use 'uniform' "
-                "(DAPO's dynamic sampling), 'positive' or 'balanced'."
-            )
-
-    def _check_rollout_schedule(self) -> None:
-        if self.rollout_schedule not in ROLLOUT_SCHEDULES:
-            raise ValueError(f"rollout_schedule={self.rollout_schedule!r} is not one of {ROLLOUT_SCHEDULES}.")
-        if self.max_in_flight is not None and (isinstance(self.max_in_flight, bool) or self.max_in_flight < 1):
-            raise ValueError(f"max_in_flight must be an integer >= 1 or None, got {self.max_in_flight!r}.")
-        if not self.vllm_request_timeout > 0:
-            raise ValueError(f"vllm_request_timeout must be > 0 seconds, got {self.vllm_request_timeout}.")
-        if self.vllm_request_retries < 0:
-            raise ValueError(f"vllm_request_retries must be >= 0, got {self.vllm_request_retries}.")
-        if self.rollout_schedule != "streaming":
-            return
-        if self.sampling_strategy == "estimate":
-            raise ValueError(
-                "rollout_schedule='streaming' has nothing to stream under sampling_strategy='estimate': its "
-                "per-prompt sizes are fixed before sampling and it has no exit rule. Use rollout_schedule='rounds'."
-            )
-        if not self.use_vllm and not self.use_transformers_continuous_batching:
-            raise ValueError(
-                "rollout_schedule='streaming' needs an engine that takes and aborts requests while it generates: "
-                "set use_vllm=True (vllm_mode='server' or 'colocate'), or use_transformers_continuous_batching=True "
-                "to stream through transformers on this machine. Plain `model.generate` works on whole batches; use "
-                "rollout_schedule='rounds' with it."
-            )
-        if self.use_vllm and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size > 1:
-            raise ValueError(
-                "rollout_schedule='streaming' with vllm_mode='colocate' needs vllm_tensor_parallel_size=1: with "
-                "tensor parallelism every rank of the group must submit and abort the same requests in lockstep, "
-                "which streaming does not do. Use rollout_schedule='rounds', or vllm_mode='server'."
-            )
-
-    def _check_estimate(self) -> None:
-        """The pass-rate memory, the Est budget and ODC's requirement on the downsample."""
-        if self.downsample not in DOWNSAMPLES:
-            raise ValueError(f"downsample={self.downsample!r} is not one of {DOWNSAMPLES}.")
-        if self.allocation_rule not in ALLOCATION_RULES:
-            raise ValueError(f"allocation_rule={self.allocation_rule!r} is not one of {ALLOCATION_RULES}.")
-        self.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
-        if self.difficulty_weighting == "odc" and self.downsample != "uniform" and self.sampling_strategy != "uniform":
-            raise ValueError(
-                "difficulty_weighting='odc' multiplies a prompt's update by 1/p_hat, which targets the log objective "
-                "only when the kept group is a uniform draw from the pool; the balanced downsample re-weights each "
-                "prompt by about (p^2 + (1-p)^2) / (2p(1-p)) on top. Set downsample='uniform'."
-            )
-        if self.sampling_strategy != "estimate":
-            return
-        mean, lo, hi = self.samples_per_prompt_bounds
-        names = ("samples_per_prompt_mean", "min_samples_per_prompt", "max_samples_per_prompt")
-        for name, value in zip(names, (mean, lo, hi), strict=True):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer (completions per prompt), got {value!r}.")
-        if lo < self.num_generations:
-            raise ValueError(
-                f"min_samples_per_prompt={lo} is below num_generations={self.num_generations}: a prompt's pool would "
-                "be too small to downsample to a group. Raise min_samples_per_prompt or lower num_generations."
-            )
-        if not lo <= mean <= hi:
-            raise ValueError(
-                f"samples_per_prompt_mean={mean} must lie between min_samples_per_prompt={lo} and "
-                f"max_samples_per_prompt={hi}, or the step's budget cannot be split within the bounds."
-            )
+    @property
+    def uses_side_stream(self) -> bool:
+        """Whether the trainer draws extra prompts from a side stream over the training set: `refill` takes
+        replacements for prompts whose pool has no signal from it, and `prompt_selection` for prompts it skips."""
+        return bool(self.refill) or self.prompt_selection != "none"
 
     @property
     def samples_per_prompt_bounds(self) -> tuple[int, int, int]:
@@ -455,6 +328,7 @@ class ReinforceAdaConfig(GRPOConfig):
 
     @property
     def exit_rule(self) -> ExitRule:
+        """The rule that retires a prompt: the strategy's default counts, overridden by explicit ones."""
         return ExitRule.for_strategy(
             self.sampling_strategy, self.num_generations, self.min_positives, self.min_negatives
         )
@@ -472,4 +346,176 @@ class ReinforceAdaConfig(GRPOConfig):
             min_positives=self.min_positives,
             min_negatives=self.min_negatives,
             round_sizing=self.round_sizing,
+        )
+
+
+# Validation: `_validate` runs the rules in order and the first one broken raises a ValueError naming its fields.
+# The pass-rate memory and the exit rule are built once and check their own arguments; where their wording would
+# differ from the config's (`self.min_positives=-1`, `group_size`), the config's own check runs first. `Schedule`
+# is not built: each of its checks is made here already, in the config's words.
+
+# The choice fields this class adds; GRPOConfig's (its `scale_rewards`, only re-declared here with a new default, and
+# TrainingArguments' `log_level` etc.) are GRPOConfig's to check or not, as before.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    f.name: tuple(f.metadata["choices"])
+    for f in fields(ReinforceAdaConfig)
+    if "choices" in f.metadata and f.name not in {g.name for g in fields(GRPOConfig)}
+}
+
+
+def _validate(config: ReinforceAdaConfig) -> None:
+    """Raise a ValueError on the first rule that `config` breaks. Choices come first, so that every later rule (and
+    every object built along the way) sees a known strategy, sizing and schedule."""
+    _check_choices(config)
+    _check_exit_and_budget(config)
+    _check_whole_groups_per_process(config)
+    config.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
+    _check_odc_downsample(config)
+    if config.sampling_strategy == "estimate":
+        _check_estimate_budget(config)
+    _check_streaming(config)
+    _check_prompt_source(config)
+
+
+def _check_choices(config: ReinforceAdaConfig) -> None:
+    """Every choice field holds one of the values its metadata declares (the CLI's `choices` too)."""
+    for name, choices in _CHOICES.items():
+        value = getattr(config, name)
+        if value not in choices:
+            raise ValueError(f"{name}={value!r} is not one of {choices}.")
+
+
+def _check_exit_and_budget(config: ReinforceAdaConfig) -> None:
+    """The weighting and exit fields are in range, the exit rule fits a group and a Seq budget can fill one."""
+    if not config.max_difficulty_weight >= 1.0:  # written so that NaN fails too
+        raise ValueError(
+            f"max_difficulty_weight must be >= 1 (a cap on an up-weighting), got {config.max_difficulty_weight}."
+        )
+    if not math.isfinite(config.positive_threshold):  # inf: nothing (or everything) is ever positive
+        raise ValueError(
+            f"positive_threshold must be a finite number, got {config.positive_threshold}. It is compared with the "
+            "total weighted reward; rewards outside [0, 1] are fine, with a threshold on the same scale."
+        )
+    for name in ("samples_per_round", "max_rounds"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}.")
+    # ExitRule rejects negative counts too, but names them `self.min_positives=` and does not mention None.
+    for name in ("min_positives", "min_negatives"):
+        value = getattr(config, name)
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0 (or None to derive it from the strategy), got {value}.")
+    rule = config.exit_rule
+    if rule.min_positives + rule.min_negatives > config.num_generations:
+        raise ValueError(
+            f"The exit rule asks for {rule.min_positives} positives + {rule.min_negatives} negatives, more than "
+            f"the {config.num_generations} completions (num_generations) a group keeps. Lower min_positives / "
+            "min_negatives or raise num_generations."
+        )
+    # Plain GRPO draws one round of exactly num_generations and Est sizes its own round; only Seq can fall short.
+    if (
+        config.sampling_strategy not in ("uniform", "estimate")
+        and config.samples_per_round * config.max_rounds < config.num_generations
+    ):
+        raise ValueError(
+            f"The per-prompt budget samples_per_round * max_rounds = {config.samples_per_round} * "
+            f"{config.max_rounds} is smaller than num_generations={config.num_generations}, so a group could never "
+            "be filled."
+        )
+
+
+def _check_whole_groups_per_process(config: ReinforceAdaConfig) -> None:
+    """Each process samples and downsamples its own prompts, so its share of a generation batch is whole groups.
+    (GRPOConfig only checks the batch over all processes.)"""
+    local_rows = config.generation_batch_size // config.world_size
+    if local_rows % config.num_generations:
+        raise ValueError(
+            f"Each process must hold whole prompt groups: its generation batch of {local_rows} rows "
+            f"(generation_batch_size {config.generation_batch_size} / {config.world_size} processes) is not a "
+            f"multiple of num_generations={config.num_generations}. Adjust per_device_train_batch_size or "
+            "steps_per_generation."
+        )
+
+
+def _check_odc_downsample(config: ReinforceAdaConfig) -> None:
+    """ODC's 1/p_hat weight is unbiased only over a uniformly drawn kept group (or when nothing is downsampled)."""
+    if (
+        config.difficulty_weighting == "odc"
+        and config.downsample != "uniform"
+        and config.sampling_strategy != "uniform"
+    ):
+        raise ValueError(
+            "difficulty_weighting='odc' multiplies a prompt's update by 1/p_hat, which targets the log objective "
+            "only when the kept group is a uniform draw from the pool; the balanced downsample re-weights each "
+            "prompt by about (p^2 + (1-p)^2) / (2p(1-p)) on top. Set downsample='uniform'."
+        )
+
+
+def _check_estimate_budget(config: ReinforceAdaConfig) -> None:
+    """Est's per-prompt bounds are whole numbers, a pool can fill a group, and the mean lies within the bounds."""
+    mean, lo, hi = config.samples_per_prompt_bounds
+    names = ("samples_per_prompt_mean", "min_samples_per_prompt", "max_samples_per_prompt")
+    for name, value in zip(names, (mean, lo, hi), strict=True):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer (completions per prompt), got {value!r}.")
+    if lo < config.num_generations:
+        raise ValueError(
+            f"min_samples_per_prompt={lo} is below num_generations={config.num_generations}: a prompt's pool would "
+            "be too small to downsample to a group. Raise min_samples_per_prompt or lower num_generations."
+        )
+    if not lo <= mean <= hi:
+        raise ValueError(
+            f"samples_per_prompt_mean={mean} must lie between min_samples_per_prompt={lo} and "
+            f"max_samples_per_prompt={hi}, or the step's budget cannot be split within the bounds."
+        )
+
+
+def _check_streaming(config: ReinforceAdaConfig) -> None:
+    """The streaming settings are in range; streaming needs an exit rule and an engine that can abort requests."""
+    in_flight = config.max_in_flight
+    if in_flight is not None and (isinstance(in_flight, bool) or in_flight < 1):
+        raise ValueError(f"max_in_flight must be an integer >= 1 or None, got {in_flight!r}.")
+    if not config.vllm_request_timeout > 0:  # written so that NaN fails too
+        raise ValueError(f"vllm_request_timeout must be > 0 seconds, got {config.vllm_request_timeout}.")
+    if config.vllm_request_retries < 0:
+        raise ValueError(f"vllm_request_retries must be >= 0, got {config.vllm_request_retries}.")
+    if config.rollout_schedule != "streaming":
+        return
+    if config.sampling_strategy == "estimate":
+        raise ValueError(
+            "rollout_schedule='streaming' has nothing to stream under sampling_strategy='estimate': its "
+            "per-prompt sizes are fixed before sampling and it has no exit rule. Use rollout_schedule='rounds'."
+        )
+    if not config.use_vllm and not config.use_transformers_continuous_batching:
+        raise ValueError(
+            "rollout_schedule='streaming' needs an engine that takes and aborts requests while it generates: "
+            "set use_vllm=True (vllm_mode='server' or 'colocate'), or use_transformers_continuous_batching=True "
+            "to stream through transformers on this machine. Plain `model.generate` works on whole batches; use "
+            "rollout_schedule='rounds' with it."
+        )
+    if config.use_vllm and config.vllm_mode == "colocate" and config.vllm_tensor_parallel_size > 1:
+        raise ValueError(
+            "rollout_schedule='streaming' with vllm_mode='colocate' needs vllm_tensor_parallel_size=1: with "
+            "tensor parallelism every rank of the group must submit and abort the same requests in lockstep, "
+            "which streaming does not do. Use rollout_schedule='rounds', or vllm_mode='server'."
+        )
+
+
+def _check_prompt_source(config: ReinforceAdaConfig) -> None:
+    """The refill and prompt-selection settings are in range, and refill has an exit rule and budget to work with.
+    The selection settings are checked even when no side stream is used, so a bad value fails before it matters."""
+    if not 0.0 < config.selection_threshold <= 1.0:
+        raise ValueError(f"selection_threshold must be in (0, 1], got {config.selection_threshold}.")
+    if not 0.0 < config.selection_floor <= 1.0:
+        raise ValueError(
+            f"selection_floor must be in (0, 1], got {config.selection_floor}: with 0 a skipped prompt would never "
+            "be sampled again, so its memory could never show that it changed."
+        )
+    refills = config.max_refills_per_step
+    if refills is not None and (isinstance(refills, bool) or not isinstance(refills, int) or refills < 0):
+        raise ValueError(f"max_refills_per_step must be an integer >= 0 or None, got {refills!r}.")
+    if config.refill and config.sampling_strategy == "estimate":
+        raise ValueError(
+            "refill=True needs an exit rule and a per-prompt budget to sample a replacement with; "
+            "sampling_strategy='estimate' splits one step's budget across the batch in advance. Use 'uniform' "
+            "(DAPO's dynamic sampling), 'positive' or 'balanced'."
         )

@@ -76,7 +76,9 @@ def count_generated_tokens(trainer: Any) -> GenerationCounter:
     """Wrap ``trainer._generate_single_turn`` (GRPOTrainer's one call into the generation backend) to count its output.
 
     The wrapper sits on the instance, so it sees the same calls for `GRPOTrainer` and `ReinforceAdaTrainer` (whose
-    rounds all go through the parent's `_generate`). Counted per process, before any gathering.
+    rounds all go through the parent's `_generate`). Counted per process, before any gathering. This benchmark
+    harness is the one place outside the adapter (`trainer.py`, `compat.py`) that touches a private trainer method:
+    measuring both trainers at the same call is the point (docs/architecture.md).
     """
     counter = GenerationCounter()
     generate = trainer._generate_single_turn
@@ -257,19 +259,44 @@ def train_toy(
     ``trainer_class`` overrides the trainer (a subclass of the method's own); ``before_train(trainer)`` runs just
     before ``trainer.train()``.
     """
-    from trl import GRPOConfig, GRPOTrainer
-
-    from . import ReinforceAdaConfig, ReinforceAdaTrainer
-
     spec = METHODS[method] if isinstance(method, str) else method
+    _check_train_size(train, steps, prompts_per_step)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    settings = _toy_settings(spec, steps, prompts_per_step, seed, learning_rate, scale_rewards, output_dir, log_every)
+    config, default_class = _toy_config(spec, settings, samples_per_round, max_rounds)
+    trainer_class = _checked_trainer_class(spec, trainer_class or default_class, default_class)
+    trainer = trainer_class(model, arithmetic_reward, args=config, train_dataset=train, processing_class=tokenizer)
+    counter = count_generated_tokens(trainer)
+    curve = HeldoutCurve(trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed)
+    log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
+    _replace_callbacks(trainer, (curve, log, *callbacks))
+    if before_train is not None:
+        before_train(trainer)
+    trainer.train()
+    return _toy_run(spec, seed, curve, counter, log)
+
+
+def _check_train_size(train: datasets.Dataset, steps: int, prompts_per_step: int) -> None:
     if len(train) < steps * prompts_per_step:
         raise ValueError(
             f"{steps} steps x {prompts_per_step} prompts need {steps * prompts_per_step} training prompts, got "
             f"{len(train)}: pass a larger train set"
         )
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    settings: dict[str, Any] = dict(
+
+
+def _toy_settings(
+    spec: ToyMethod,
+    steps: int,
+    prompts_per_step: int,
+    seed: int,
+    learning_rate: float,
+    scale_rewards: str,
+    output_dir: str | os.PathLike,
+    log_every: int,
+) -> dict[str, Any]:
+    """The GRPOConfig fields every method shares; only the group size comes from the method."""
+    return dict(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
@@ -287,33 +314,39 @@ def train_toy(
         beta=0.0,
         scale_rewards=scale_rewards,
     )
+
+
+def _toy_config(
+    spec: ToyMethod, settings: dict[str, Any], samples_per_round: int, max_rounds: int
+) -> tuple[Any, type]:
+    """The method's config and its trainer class: `GRPOTrainer`, or `ReinforceAdaTrainer` with the Ada fields."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from . import ReinforceAdaConfig, ReinforceAdaTrainer
+
     if spec.strategy is None:
-        config, default_class = GRPOConfig(**settings), GRPOTrainer
-    else:
-        ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
-        ada.update(spec.options)
-        config, default_class = ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
-    trainer_class = trainer_class or default_class
+        return GRPOConfig(**settings), GRPOTrainer
+    ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
+    ada.update(spec.options)
+    return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+
+
+def _checked_trainer_class(spec: ToyMethod, trainer_class: type, default_class: type) -> type:
     if not issubclass(trainer_class, default_class):
         raise TypeError(f"{spec.label} trains with {default_class.__name__}; got {trainer_class.__name__}")
-    trainer = trainer_class(
-        model,
-        arithmetic_reward,
-        args=config,
-        train_dataset=train,
-        processing_class=tokenizer,
-    )
-    counter = count_generated_tokens(trainer)
-    curve = HeldoutCurve(trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed)
-    log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
-    for callback in (curve, log, *callbacks):
-        trainer.add_callback(callback)
-    for noisy in (ProgressCallback, PrinterCallback):  # our one line per log replaces TRL's full log dicts
-        trainer.remove_callback(noisy)
-    if before_train is not None:
-        before_train(trainer)
-    trainer.train()
+    return trainer_class
 
+
+def _replace_callbacks(trainer: Any, callbacks: Sequence[TrainerCallback]) -> None:
+    """Add ours; our one line per log replaces TRL's progress bar and full log dicts."""
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    for noisy in (ProgressCallback, PrinterCallback):
+        trainer.remove_callback(noisy)
+
+
+def _toy_run(spec: ToyMethod, seed: int, curve: HeldoutCurve, counter: GenerationCounter, log: StepLog) -> ToyRun:
+    """What the run measured, from its callbacks; GRPO logs no ada/* metrics, which then take GRPO's values."""
     zero_std = log.mean("frac_reward_zero_std")
     return ToyRun(
         method=spec.label,

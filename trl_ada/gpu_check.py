@@ -199,16 +199,46 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from .toy import arithmetic_reward, make_arithmetic_dataset
+
+    cuda = args.device == "cuda"
+    config, trainer_class = _run_config(spec, args, output_dir)
+    reward = arithmetic_reward if args.model == "warm" else coin_reward
+    dataset = make_arithmetic_dataset(args.steps * args.prompts, seed=args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    before = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
+    trainer = trainer_class(model, reward, args=config, train_dataset=dataset, processing_class=tokenizer)
+    for noisy in (ProgressCallback, PrinterCallback):
+        trainer.remove_callback(noisy)
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    timer = StepTimer(synchronize)
+    trainer.add_callback(timer)
+    if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    result = _run_result(spec, args, trainer, before, timer.seconds, peak)
+    del trainer, model, before
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tuple[Any, type]:
+    """The run's trainer config and class: the same settings for every run but its backend and method."""
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
     from .compat import continuous_batching_cache
-    from .toy import arithmetic_reward, make_arithmetic_dataset
 
-    cuda = args.device == "cuda"
     settings: dict[str, Any] = dict(
         output_dir=os.path.join(output_dir, f"{spec.backend}-{spec.method.replace(' ', '-')}"),
-        use_cpu=not cuda,
+        use_cpu=args.device != "cuda",
         bf16=args.dtype == "bf16",
         fp16=args.dtype == "fp16",
         report_to="none",
@@ -230,30 +260,21 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
         cache = continuous_batching_cache(*CB_CACHE)
         settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
     if spec.method == "GRPO":
-        config, trainer_class = GRPOConfig(**settings), GRPOTrainer
-    else:
-        schedule = "streaming" if spec.method == "Ada streaming" else "rounds"
-        ada = dict(sampling_strategy="balanced", samples_per_round=8, max_rounds=4, rollout_schedule=schedule)
-        config, trainer_class = ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+        return GRPOConfig(**settings), GRPOTrainer
+    schedule = "streaming" if spec.method == "Ada streaming" else "rounds"
+    ada = dict(sampling_strategy="balanced", samples_per_round=8, max_rounds=4, rollout_schedule=schedule)
+    return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
 
-    reward = arithmetic_reward if args.model == "warm" else coin_reward
-    dataset = make_arithmetic_dataset(args.steps * args.prompts, seed=args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    before = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
-    trainer = trainer_class(model, reward, args=config, train_dataset=dataset, processing_class=tokenizer)
-    for noisy in (ProgressCallback, PrinterCallback):
-        trainer.remove_callback(noisy)
-    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
-    timer = StepTimer(synchronize)
-    trainer.add_callback(timer)
-    if cuda:
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    trainer.train()
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
 
+def _run_result(
+    spec: RunSpec,
+    args: argparse.Namespace,
+    trainer: Any,
+    before: dict[str, Any],
+    step_seconds: list[float],
+    peak_memory_mib: float | None,
+) -> RunResult:
+    """What a trained run measured: its losses, step times, and how far the weights moved from ``before``."""
     # Against the starting weights cast to each parameter's final dtype: the continuous-batching path casts the model
     # to bf16 or fp16 for generation (as TRL's does), and that rounding alone is no training.
     after = {name: p.detach().cpu() for name, p in trainer.model.named_parameters()}
@@ -262,25 +283,20 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     )
     losses = [float(row["loss"]) for row in trainer.state.log_history if "loss" in row]
     samples = [row["ada/samples_per_prompt"] for row in trainer.state.log_history if "ada/samples_per_prompt" in row]
-    timed = timer.seconds[1:] if len(timer.seconds) > 1 else timer.seconds
-    result = RunResult(
+    timed = step_seconds[1:] if len(step_seconds) > 1 else step_seconds
+    return RunResult(
         backend=spec.backend,
         method=spec.method,
         steps=args.steps,
-        step_seconds=timer.seconds,
+        step_seconds=step_seconds,
         median_step_seconds=statistics.median(timed) if timed else float("nan"),
         losses=losses,
         loss_finite=bool(losses) and all(math.isfinite(loss) for loss in losses),
         weights_moved=change > 0,
         weight_change=change,
-        peak_memory_mib=peak,
+        peak_memory_mib=peak_memory_mib,
         samples_per_prompt=statistics.fmean(samples) if samples else 4.0,
     )
-    del trainer, model, after, before
-    gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
-    return result
 
 
 def ratios(results: Sequence[RunResult]) -> dict[str, float]:
@@ -356,17 +372,9 @@ def _why(result: RunResult) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print(
-            "gpu_check: no CUDA device visible to torch (check CUDA_VISIBLE_DEVICES, the driver, a CUDA build of "
-            "torch); `--device cpu` runs the same code on the CPU as a dry run.",
-            file=sys.stderr,
-        )
-        return 2
-    if args.dtype == "bf16" and not torch.cuda.is_bf16_supported():
-        print("gpu_check: this GPU has no bf16; pass --dtype fp16.", file=sys.stderr)
+    problem = _device_problem(args)
+    if problem is not None:
+        print(f"gpu_check: {problem}", file=sys.stderr)
         return 2
 
     from .compat import seam_report
@@ -400,21 +408,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(lines), flush=True)
     passed = bool(results) and all(r.passed for r in results)
     if args.json:
-        payload = {
-            "header": header,
-            "versions": found,
-            "device": args.device,
-            "dtype": args.dtype,
-            "runs": [asdict(r) for r in results],
-            "ratios": ratios(results),
-            "skipped": skipped,
-            "passed": passed,
-            "seconds": seconds,
-        }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-            handle.write("\n")
+        _write_json(args, header, found, results, skipped, passed, seconds)
     return 0 if passed else 1
+
+
+def _device_problem(args: argparse.Namespace) -> str | None:
+    """Why the device asked for cannot run the check, or None when it can."""
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return (
+            "no CUDA device visible to torch (check CUDA_VISIBLE_DEVICES, the driver, a CUDA build of torch); "
+            "`--device cpu` runs the same code on the CPU as a dry run."
+        )
+    if args.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        return "this GPU has no bf16; pass --dtype fp16."
+    return None
+
+
+def _write_json(
+    args: argparse.Namespace,
+    header: dict[str, str],
+    found: dict[str, str],
+    results: Sequence[RunResult],
+    skipped: Sequence[str],
+    passed: bool,
+    seconds: float,
+) -> None:
+    payload = {
+        "header": header,
+        "versions": found,
+        "device": args.device,
+        "dtype": args.dtype,
+        "runs": [asdict(r) for r in results],
+        "ratios": ratios(results),
+        "skipped": skipped,
+        "passed": passed,
+        "seconds": seconds,
+    }
+    with open(args.json, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.write("\n")
 
 
 @contextlib.contextmanager

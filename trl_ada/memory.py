@@ -82,6 +82,21 @@ def prompt_text_key(prompt: str | list[dict[str, Any]]) -> str:
     return f"txt:{digest}"
 
 
+def memory_key(prompt: Any, row: dict[str, Any], id_column: str | None = None, by_row: bool = False) -> str:
+    """A training prompt's identity in the memory: its `id_column` value when the config names one, else its whole
+    dataset row when `by_row` (an environment's `reset` gets the row, so the row names the task), else its prompt."""
+    if id_column is not None:
+        return prompt_key(row[id_column])
+    return prompt_text_key(row if by_row else prompt)
+
+
+def memory_updates(keys: Sequence[str], pools: Sequence[Any]) -> list[tuple[str, int, int]]:
+    """`update_many`'s `(key, positives, scored)` for each sampled pool (`trl_ada.engine.Pool`)."""
+    return [
+        (key, pool.num_positive, pool.num_positive + pool.num_negative) for key, pool in zip(keys, pools, strict=True)
+    ]
+
+
 def _json_fallback(value: Any) -> Any:
     """A stand-in for a value `json` cannot write, the same in every process and run: a PIL image is a SHA-256 of
     its mode, size, palette and pixels; an array, a tensor or bytes a SHA-256 of its contents; a NumPy scalar its

@@ -7,19 +7,24 @@ request order: every pool holds them (no prompt stops before its group is full),
 depends on a reward, so they estimate the policy's rewards on the step's prompts as GRPO's own groups do. The kept
 rows' statistics move to `ada/kept_*`.
 
-Completion lengths: GRPOTrainer logs them once per generation call, so under rounds a step's `completions/*` became a
-mean of per-round means. `length_metrics` computes them once over every completion of the step.
+Completion lengths and tool calls: GRPOTrainer logs them once per generation call, so under rounds a step's
+`completions/*` and `tools/*` became means of per-round means. `length_metrics` and `tool_metrics` compute them once
+over every completion of the step, and `replace_since` puts that one entry where the per-call entries were.
+
+`StepCounts` is one process's share of the step's `ada/*` metrics, additive across processes; `step_metrics` turns
+the sum into the logged values.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from .advantages import total_reward
+from .engine import SamplingResult, Tally, has_signal
 
 LENGTH_METRICS = (
     "completions/mean_length",
@@ -30,6 +35,7 @@ LENGTH_METRICS = (
     "completions/min_terminated_length",
     "completions/max_terminated_length",
 )
+TOOL_METRICS = ("tools/call_frequency", "tools/failure_frequency")
 
 
 def length_metrics(lengths: Sequence[int], ended: Sequence[bool]) -> dict[str, float]:
@@ -94,4 +100,136 @@ def reward_metrics(moments: Sequence[Moments], func_names: Sequence[str], prefix
     for name, column in zip(func_names, per_func, strict=True):
         metrics[f"{prefix}rewards/{name}/mean"] = column.mean
         metrics[f"{prefix}rewards/{name}/std"] = column.std
+    return metrics
+
+
+def tool_metrics(calls: int, failures: int, rollouts: int) -> dict[str, float]:
+    """GRPOTrainer's `tools/*` metrics: tool calls per rollout and failures per call (0 when there are none)."""
+    return {
+        "tools/call_frequency": calls / rollouts if rollouts else 0.0,
+        "tools/failure_frequency": failures / calls if calls else 0.0,
+    }
+
+
+def pop_columns(logs: dict[str, list], num_rows: int) -> dict[str, list]:
+    """Take from `logs` (GRPOTrainer's pending `log_extra` columns) the columns of the last call, the ones holding
+    `num_rows` values, so only the kept rows' can be logged."""
+    taken = {key: values for key, values in logs.items() if len(values) == num_rows}
+    for key in taken:
+        del logs[key]
+    return taken
+
+
+def metric_marks(metrics: Mapping[str, list], names: Sequence[str]) -> dict[str, int]:
+    """Where each named metric's entries stand now (`metrics` is one mode of the trainer's `_metrics`)."""
+    return {name: len(metrics[name]) for name in names}
+
+
+def replace_since(metrics: Mapping[str, list], marks: Mapping[str, int], values: Mapping[str, float]) -> None:
+    """Replace each metric's entries appended since `marks` (one per generation call) by its one value `values`
+    gives over the whole step."""
+    for name, value in values.items():
+        entries = metrics[name]
+        del entries[marks.get(name, len(entries)) :]
+        entries.append(value)
+
+
+@dataclass
+class StepCounts:
+    """One process's share of a step's `ada/*` metrics; `+` combines processes (in rank order)."""
+
+    tally: Tally = field(default_factory=Tally)
+    p_hat: list[float] = field(default_factory=list)  # memory pass rate of each prompt, read before the update
+    sizes: list[int] = field(default_factory=list)  # samples drawn per kept prompt
+    summed: dict[str, float] = field(default_factory=dict)  # counters summed over processes
+    maxima: dict[str, float] = field(default_factory=dict)  # values whose maximum over processes is logged
+    first_draws: list[Moments] = field(default_factory=list)  # `reward_moments` of each pool's first draws
+
+    @classmethod
+    def of(
+        cls,
+        result: SamplingResult,
+        weights: Sequence[float],
+        p_hat: list[float],
+        first_draws: list[Moments],
+        generation_seconds: float,
+        skipped: int = 0,
+    ) -> StepCounts:
+        """This process's counts for a generation batch: its sampling `result`, each kept prompt's difficulty
+        weight, memory pass rate and first draws' reward moments, its sampling wall time, prompts selection
+        skipped."""
+        kept_pools = result.kept_pools
+        summed = {
+            "ada/completion_tokens": result.generated_tokens,
+            "ada/aborted_tokens": result.aborted_tokens,
+            "ada/refills": result.refills,
+            "ada/refill_samples": sum(len(pool) for pool in result.replaced_pools),
+            "ada/unfilled": sum(not has_signal(pool) for pool in kept_pools),
+            "ada/skipped": skipped,
+        }
+        # Rounds: the same on every process; streaming: each process's own.
+        maxima = {
+            "ada/in_flight_max": result.in_flight_max,
+            "ada/generation_seconds": generation_seconds,
+            "ada/rounds": result.rounds,
+        }
+        sizes = [len(pool) for pool in kept_pools]
+        return cls(Tally.of(kept_pools, list(weights)), p_hat, sizes, summed, maxima, first_draws)
+
+    def __add__(self, other: StepCounts) -> StepCounts:
+        return StepCounts(
+            self.tally + other.tally,
+            self.p_hat + other.p_hat,
+            self.sizes + other.sizes,
+            {name: self.summed.get(name, 0) + value for name, value in other.summed.items()},
+            {
+                name: max(self.maxima[name], value) if name in self.maxima else value
+                for name, value in other.maxima.items()
+            },
+            [a + b for a, b in zip(self.first_draws, other.first_draws, strict=True)]
+            if self.first_draws
+            else [Moments() + b for b in other.first_draws],
+        )
+
+
+def shown_counters(refill: bool, selection: bool) -> list[str]:
+    """The summed counters a run logs: tokens always, refill's and selection's when they are on."""
+    shown = ["ada/completion_tokens", "ada/aborted_tokens"]
+    shown += ["ada/refills", "ada/refill_samples", "ada/unfilled"] if refill else []
+    shown += ["ada/skipped"] if selection else []
+    return shown
+
+
+def log_step(
+    metrics: Mapping[str, list], counts: StepCounts, func_names: Sequence[str], shown: Sequence[str], memory_size: int
+) -> None:
+    """Log a step into `metrics` (the trainer's training metrics): GRPOTrainer's `reward*` entries just logged over
+    the kept rows (which downsampling chose by reward) move to `ada/kept_*` and the first draws' take their place;
+    then `step_metrics` is appended."""
+    for name, value in reward_metrics(counts.first_draws, func_names).items():
+        metrics[f"ada/kept_{name}"].append(metrics[name][-1])
+        metrics[name][-1] = value
+    for name, value in step_metrics(counts, shown, memory_size).items():
+        metrics[name].append(value)
+
+
+def step_metrics(counts: StepCounts, shown: Sequence[str], memory_size: int) -> dict[str, float]:
+    """The step's `ada/*` metrics from every process's `StepCounts`: the tally's, the counters named in `shown`
+    (summed), the in-flight peak and generation time (maxima), the mean memory pass rate of the step's prompts, the
+    memory's size after the update, and the spread of samples per prompt (under `"estimate"`, the allocation)."""
+    metrics = counts.tally.metrics(int(counts.maxima["ada/rounds"]))
+    for name in shown:
+        metrics[name] = float(counts.summed[name])
+    metrics["ada/in_flight_max"] = float(counts.maxima["ada/in_flight_max"])
+    metrics["ada/generation_seconds"] = counts.maxima["ada/generation_seconds"]
+    p_hat, sizes = counts.p_hat, counts.sizes
+    metrics.update(
+        {
+            "ada/p_hat_mean": sum(p_hat) / max(len(p_hat), 1),
+            "ada/memory_size": float(memory_size),
+            "ada/alloc_min": float(min(sizes, default=0)),
+            "ada/alloc_mean": sum(sizes) / max(len(sizes), 1),
+            "ada/alloc_max": float(max(sizes, default=0)),
+        }
+    )
     return metrics

@@ -3,15 +3,26 @@
 Each epoch is a permutation of the dataset's row indices, shuffled with the run's seed and the epoch number; process
 `rank` of `world_size` takes every `world_size`-th position of it, so processes draw disjoint rows and no process
 draws a row twice within an epoch. The state (epoch and position) is two integers per process, saved with each
-checkpoint, so a resumed run draws exactly the rows an uninterrupted one would.
+checkpoint (`save_stream_states`, `load_stream_state`), so a resumed run draws exactly the rows an uninterrupted one
+would.
+
+`SidePrompts` is what the trainer draws from: the stream over the dataset's rows, prompt selection's test
+(`select`), refill's callback (`refill_fn`), and `retarget_rows`, which points a group of the step's rows at the
+prompt that replaced its own.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+from collections.abc import Callable
 from typing import Any
 
+from .engine import Pool
 from .selection import keep_probability
+
+STREAM_STATE_FILE = "prompt_stream.json"
 
 
 class PromptStream:
@@ -101,3 +112,135 @@ class SidePrompts:
             if self.keep(self.key(row), rng):
                 break
         return row
+
+    @classmethod
+    def for_dataset(
+        cls,
+        dataset: Any,
+        memory: Any,
+        key: Callable[[dict[str, Any]], str],
+        schedule: Any,
+        args: Any,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        environments: bool = False,
+    ) -> SidePrompts:
+        """Side prompts over a training set, drawn by process `rank` of `world_size` from a stream seeded with
+        `seed`; the selection test (when `args.prompt_selection` is on) predicts the signal of the schedule's first
+        round. The training set must be a map-style `datasets.Dataset` of text or conversational prompts (a
+        replacement is another row's `prompt` column, found by index)."""
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or not hasattr(
+            dataset, "column_names"
+        ):
+            raise ValueError(
+                "refill and prompt_selection draw replacement prompts from the training set by index, so they need a "
+                f"map-style datasets.Dataset; got {type(dataset).__name__}."
+            )
+        columns = dataset.column_names
+        if "prompt" not in columns or {"image", "images"} & set(columns) or environments:
+            raise NotImplementedError(
+                "refill and prompt_selection replace a prompt by another row's `prompt` column; they support text "
+                f"or conversational prompts without images or environments (dataset columns: {columns})."
+            )
+        stream = PromptStream(len(dataset), seed, rank, world_size)
+        group_size = schedule.round_size(Pool(schedule.positive_threshold), 0)
+        threshold = args.selection_threshold if args.prompt_selection != "none" else None
+        return cls(dataset, stream, memory, key, group_size, threshold, args.selection_floor)
+
+    def prepare(
+        self,
+        prompts: list,
+        inputs: list[dict[str, Any]],
+        keys: list[str],
+        select_rng: random.Random,
+        refill_rng: random.Random,
+        args: Any,
+    ) -> tuple[int, Callable[[int], int | None] | None]:
+        """A batch's prompts before sampling: with `args.prompt_selection`, skipped prompts are replaced in place
+        (`select`); with `args.refill`, the engine gets a refill callback (`refill_fn`). Returns (skipped, refill)."""
+        skipped = self.select(prompts, inputs, keys, select_rng) if args.prompt_selection != "none" else 0
+        refill = self.refill_fn(prompts, inputs, keys, refill_rng, args.max_refills_per_step) if args.refill else None
+        return skipped, refill
+
+    def select(self, prompts: list, inputs: list[dict[str, Any]], keys: list[str], rng: random.Random) -> int:
+        """`prompt_selection="pass_rate"`: replace, in place, each prompt the selection test skips by the next
+        stream prompt that passes it. Returns how many were skipped."""
+        skipped = 0
+        for i, key in enumerate(keys):
+            if self.keep(key, rng):
+                continue
+            row = self.draw(rng)
+            prompts[i], inputs[i], keys[i] = row["prompt"], row, self.key(row)
+            skipped += 1
+        return skipped
+
+    def refill_fn(
+        self, prompts: list, inputs: list[dict[str, Any]], keys: list[str], rng: random.Random, limit: int | None
+    ) -> Callable[[int], int | None]:
+        """The engine's refill callback: append the next stream prompt (one that passes prompt selection, if on) to
+        the step's `prompts`, `inputs` and `keys`, at most `limit` times (None: once per prompt of the step)."""
+        left = len(prompts) if limit is None else limit
+
+        def refill(index: int) -> int | None:
+            nonlocal left
+            if left == 0:
+                return None
+            left -= 1
+            row = self.draw(rng)
+            prompts.append(row["prompt"])
+            inputs.append(row)
+            keys.append(self.key(row))
+            return len(prompts) - 1
+
+        return refill
+
+    def load_stream(self, checkpoint: str | os.PathLike, num_processes: int = 1, process_index: int = 0) -> bool:
+        """Put this process's stream where it was when `checkpoint` was written; False when it holds no state."""
+        state = load_stream_state(checkpoint, num_processes, process_index)
+        if state is not None:
+            self.stream.load_state_dict(state)
+        return state is not None
+
+
+def retarget_rows(
+    step_prompts: list,
+    step_inputs: list[dict[str, Any]],
+    starts: list[int],
+    slots: list[int],
+    prompts: list,
+    inputs: list[dict[str, Any]],
+    group_size: int,
+) -> None:
+    """Point each row group whose prompt was replaced (selection or refill) at its new prompt, in the step's lists
+    GRPOTrainer goes on to log and to hand to reward functions: one copy of the row per completion, as GRPOTrainer's
+    sampler makes them (a rollout_func's extra fields are written per row). Group `g` starts at row `starts[g]`
+    and trains on `prompts[slots[g]]`."""
+    for slot, start in enumerate(starts):
+        index = slots[slot]
+        if index == slot and prompts[slot] is step_prompts[start]:
+            continue
+        for row in range(start, start + group_size):
+            step_prompts[row] = prompts[index]
+            step_inputs[row] = dict(inputs[index])
+
+
+def save_stream_states(directory: str | os.PathLike, states: list[dict[str, Any]]) -> None:
+    """Write every process's stream state (in rank order) into a checkpoint folder."""
+    with open(os.path.join(directory, STREAM_STATE_FILE), "w") as file:
+        json.dump({"processes": states}, file)
+
+
+def load_stream_state(checkpoint: str | os.PathLike, num_processes: int, process_index: int) -> dict[str, Any] | None:
+    """This process's stream state saved in `checkpoint`, or None when the checkpoint has none."""
+    path = os.path.join(checkpoint, STREAM_STATE_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as file:
+        states = json.load(file)["processes"]
+    if len(states) != num_processes:
+        raise ValueError(
+            f"{path} holds the prompt streams of {len(states)} processes; this run has "
+            f"{num_processes}. Resume with as many processes as wrote the checkpoint."
+        )
+    return states[process_index]

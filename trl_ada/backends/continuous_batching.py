@@ -12,9 +12,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import torch
-
-from ..compat import unwrap_model_for_generation
 from ..engine import Draw, Finished
 from .base import TokenBackend
 
@@ -86,29 +83,21 @@ class ContinuousBatchingBackend(TokenBackend):
 
 
 @contextmanager
-def continuous_batching_backend(trainer: Any, prompt_ids: Sequence[list[int]]) -> Iterator[ContinuousBatchingBackend]:
-    """The trainer's model, prepared for generation as GRPOTrainer's continuous-batching path prepares it, behind a
-    started manager; stopped and destroyed on exit."""
-    args = trainer.args
-    with (
-        unwrap_model_for_generation(trainer) as model,
-        torch.no_grad(),
-        trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
-    ):
-        if args.bf16:
-            model.to(torch.bfloat16)
-        elif args.fp16:
-            model.to(torch.float16)
-        if args.cast_lm_head_to_fp32:
-            model.lm_head.to(torch.float32)
-        manager = model.init_continuous_batching(
-            generation_config=trainer.generation_config,
-            continuous_batching_config=trainer.continuous_batching_config,
-        )
-        manager.start()
-        backend = ContinuousBatchingBackend(manager, prompt_ids, trainer.max_completion_length)
-        try:
-            yield backend
-        finally:
-            backend.close()
-            model.train()
+def continuous_batching_backend(
+    model: Any,
+    prompt_ids: Sequence[list[int]],
+    generation_config: Any,
+    continuous_batching_config: Any,
+    max_new_tokens: int,
+) -> Iterator[ContinuousBatchingBackend]:
+    """A started continuous-batching manager over `model` (already prepared for generation), stopped and destroyed
+    on exit."""
+    manager = model.init_continuous_batching(
+        generation_config=generation_config, continuous_batching_config=continuous_batching_config
+    )
+    manager.start()
+    backend = ContinuousBatchingBackend(manager, prompt_ids, max_new_tokens)
+    try:
+        yield backend
+    finally:
+        backend.close()

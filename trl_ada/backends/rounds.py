@@ -1,76 +1,73 @@
 """Rounds through GRPOTrainer's own generation path: transformers, vLLM colocate or vLLM server.
 
-Each round calls `GRPOTrainer._generate` once with that round's rows (every process the same number of rows, since
-vLLM server mode and ZeRO-3 generation are collective calls) and `GRPOTrainer._calculate_rewards` once; `Rollouts`
-keeps what they returned, so the kept rows can be handed to the loss without generating or scoring anything twice.
+Each round calls `StepIO.generate` (GRPOTrainer's `_generate`) once with that round's rows, every process with the
+same number of rows since vLLM server mode and ZeRO-3 generation are collective calls, and `StepIO.score` once;
+`Rollouts` keeps what they returned, so the kept rows can be handed to the loss without generating or scoring
+anything twice.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..advantages import total_reward
-from ..checks import RewardGuard
+from ..compat import GenerationOutput
 from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
-from .scoring import ended, exit_rule_totals, length_marks, log_step_lengths
+from ..step_io import Collectives, StepIO
 
 
 def sample_in_rounds(
-    trainer: Any,
+    io: StepIO,
     prompts: list,
     inputs: list[dict[str, Any]],
     sizes: list[int] | None,
-    parent_generate: Callable[[list], tuple],
-    parent_rewards: Callable[..., torch.Tensor],
     refill: RefillFn | None = None,
 ) -> tuple[SamplingResult, Rollouts]:
-    """The step's rounds on `trainer`: each round is one call of GRPOTrainer's own `_generate` (`parent_generate`)
-    on every process, with the same number of rows everywhere, and one call of its `_calculate_rewards`
-    (`parent_rewards`, which gathers across processes). `sizes` replaces the first round (Reinforce-Ada-Est).
-    `refill` appends a replacement to `prompts` and `inputs` and returns its index (see `engine.sample`)."""
-    rollouts = Rollouts(trainer.reward_weights)
+    """The batch's rounds: each round is one `io.generate` and one `io.score` on every process, with the same number
+    of rows everywhere (a process with less to do pads with copies of its first prompt, scored and dropped).
+    `sizes` replaces the first round (Reinforce-Ada-Est). `refill` appends a replacement to `prompts` and `inputs`
+    and returns its index (see `engine.sample`)."""
+    rollouts = Rollouts(io.reward_weights)
 
     def generate(requests: list[Request]) -> list[int]:
         rows = [r.prompt_index for r in requests for _ in range(r.num_samples)]
-        run = trainer._common_run_length(requests)
-        padding = trainer._max_over_processes(len(rows)) - len(rows)
+        run = common_run_length(requests, io.collectives) if io.runs_of_copies else 1
+        padding = io.collectives.max(len(rows)) - len(rows)
         rows_padded = rows + [0] * padding  # a process with less to do still joins the collective calls
-        round_prompts = trainer._round_prompts(prompts, inputs, rows_padded)
-        with trainer._num_generations_as(run):
-            output = parent_generate(round_prompts)
-        trainer._warn_if_beyond_context(output[0], round_prompts)
-        round_inputs = merge_extra_fields([inputs[i] for i in rows_padded], output[5])
-        guard = RewardGuard(trainer.reward_func_names)
-        with trainer._reward_funcs_as(guard.wrap(trainer.reward_funcs)):
-            rewards = parent_rewards(round_inputs, round_prompts, output[3], output[1])
-        trainer._raise_if_any_reward_failed(guard, round_prompts, output[3], rows_padded)
-        first = trainer.accelerator.process_index * len(rows_padded)  # the rewards come back gathered
-        rewards = rewards[first : first + len(rows_padded)]
-        return rollouts.add(output, rewards, trainer._pop_extra_logs(len(rows_padded)), keep=len(rows))
+        round_prompts = io.prepare([prompts[i] for i in rows_padded], [inputs[i] for i in rows_padded])
+        output = io.generate(round_prompts, run)
+        io.check_context(output.prompt_ids, round_prompts)
+        round_inputs = merge_extra_fields([inputs[i] for i in rows_padded], output.extra_fields)
+        rewards = io.score(round_inputs, round_prompts, output.completions, output.completion_ids, rows_padded)
+        return rollouts.add(output, rewards, io.pop_extra_logs(len(rows_padded)), keep=len(rows))
 
     def score(requests: list[Request], handles: list[int]) -> list[float]:
         completion_ids = [rollouts.columns["completion_ids"][h] for h in handles]
-        return exit_rule_totals(trainer, [rollouts.totals[h] for h in handles], completion_ids)
+        return io.exit_rule_totals([rollouts.totals[h] for h in handles], completion_ids)
 
     backend = RoundsBackend(generate, num_tokens=rollouts.tokens.__getitem__)
-    marks = length_marks(trainer)
     result = sample(
         len(prompts),
-        trainer.ada_schedule,
+        io.schedule,
         backend,
         score,
-        any_active=trainer._any_process,
+        any_active=io.collectives.any,
         first_round_sizes=sizes,
         refill=refill,
     )
-    # GRPOTrainer logged completion lengths once per round (padding rows included); log them once, over the step.
-    log_step_lengths(trainer, rollouts.tokens, ended(trainer, rollouts.columns["completion_ids"]), marks)
+    rollouts.ended = io.ended(rollouts.columns["completion_ids"])
     return result, rollouts
+
+
+def common_run_length(requests: list[Request], collectives: Collectives) -> int:
+    """Copies of a prompt that stand in a row. vLLM server mode takes every `num_generations`-th prompt and asks for
+    `n = num_generations` completions of each, so all processes must agree on the run length."""
+    sizes = set().union(*collectives.gather_objects([{r.num_samples for r in requests}]))
+    return sizes.pop() if len(sizes) == 1 else 1
 
 
 @dataclass
@@ -85,22 +82,24 @@ class Rollouts:
     totals: list[float] = field(default_factory=list)  # per row: the weighted sum the exit rules look at
     size: int = 0
     tokens: list[int] = field(default_factory=list)  # per row: generated tokens (model tokens only, under a tool mask)
+    ended: list[bool] = field(default_factory=list)  # per row: ended on EOS or pad (set once sampling is over)
 
     _NAMES = ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")
 
-    def add(self, output: tuple, rewards_per_func: torch.Tensor, logged: dict[str, list], keep: int) -> list[int]:
+    def add(
+        self, output: GenerationOutput, rewards_per_func: torch.Tensor, logged: dict[str, list], keep: int
+    ) -> list[int]:
         """Store the first `keep` rows of one round (the rest is padding) and return their handles."""
-        *columns, extra_fields, images, tool_images = output
-        completion_ids, tool_mask = columns[1][:keep], columns[2]
-        if tool_mask is not None:  # as GRPOTrainer counts completion lengths
-            self.tokens.extend(sum(mask) for mask in tool_mask[:keep])
+        if output.tool_mask is not None:  # as GRPOTrainer counts completion lengths
+            self.tokens.extend(sum(mask) for mask in output.tool_mask[:keep])
         else:
-            self.tokens.extend(len(ids) for ids in completion_ids)
-        columns = (*columns, images, tool_images or None)
-        for name, column in zip((*self._NAMES, "images", "tool_images"), columns, strict=True):
+            self.tokens.extend(len(ids) for ids in output.completion_ids[:keep])
+        columns = {name: getattr(output, name) for name in self._NAMES}
+        columns.update(images=output.images, tool_images=output.tool_images or None)
+        for name, column in columns.items():
             self.columns[name].extend(column[:keep] if column is not None else [None] * keep)
         total_rows = len(rewards_per_func)
-        for key, values in extra_fields.items():
+        for key, values in output.extra_fields.items():
             per_row = isinstance(values, list) and len(values) == total_rows
             self.extra_fields[key].extend(values[:keep] if per_row else [values] * keep)
         for key, values in logged.items():
@@ -118,20 +117,27 @@ class Rollouts:
     def extra_logs(self, rows: list[int]) -> dict[str, list]:
         return {key: [values[r] for r in rows] for key, values in self.logged.items()}
 
-    def select(self, rows: list[int]) -> tuple:
-        """The 8-tuple GRPOTrainer._generate returns, for the given rows."""
+    def step_lengths(self) -> tuple[list[int], list[bool]]:
+        """Generated tokens and ended flags of every completion of the batch, for its `completions/*` metrics."""
+        return self.tokens, self.ended
+
+    def uncounted_tokens(self, rows: list[int]) -> int:
+        """Tokens GRPOTrainer's `_generate` has not counted in `num_input_tokens_seen`: none, it ran every round."""
+        return 0
+
+    def select(self, rows: list[int]) -> GenerationOutput:
+        """GRPOTrainer._generate's output for the given rows."""
         picked = {name: [column[r] for r in rows] for name, column in self.columns.items()}
         none_if_empty = {name: None if all(v is None for v in values) else values for name, values in picked.items()}
-        extra_fields = {key: [values[r] for r in rows] for key, values in self.extra_fields.items()}
-        return (
-            picked["prompt_ids"],
-            picked["completion_ids"],
-            none_if_empty["tool_mask"],
-            picked["completions"],
-            none_if_empty["logprobs"],
-            extra_fields,
-            none_if_empty["images"],
-            none_if_empty["tool_images"] or [],
+        return GenerationOutput(
+            prompt_ids=picked["prompt_ids"],
+            completion_ids=picked["completion_ids"],
+            tool_mask=none_if_empty["tool_mask"],
+            completions=picked["completions"],
+            logprobs=none_if_empty["logprobs"],
+            extra_fields={key: [values[r] for r in rows] for key, values in self.extra_fields.items()},
+            images=none_if_empty["images"],
+            tool_images=none_if_empty["tool_images"] or [],
         )
 
 

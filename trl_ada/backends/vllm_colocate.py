@@ -106,18 +106,11 @@ class VLLMColocateBackend(TokenBackend):
 
 
 @contextmanager
-def vllm_colocate_backend(trainer: Any, prompt_ids: Sequence[list[int]]) -> Iterator[VLLMColocateBackend]:
-    """The trainer's colocated engine, awake for the step (and put back to sleep after it, as GRPOTrainer does)."""
-    generation = trainer.vllm_generation
-    if generation.enable_sleep_mode:
-        if generation._llm_weights_sleeping:  # sleep level 2 dropped the weights: push them again
-            generation.sync_weights()
-        generation.llm.wake_up(tags=["kv_cache"])
-    backend = VLLMColocateBackend(generation.llm.llm_engine, sampling_params(generation), prompt_ids)
+def vllm_colocate_backend(engine: Any, params: Any, prompt_ids: Sequence[list[int]]) -> Iterator[VLLMColocateBackend]:
+    """A backend over an awake colocated engine (`vllm.LLM.llm_engine`) with `params` (`sampling_params`); every
+    request still in flight is aborted on exit."""
+    backend = VLLMColocateBackend(engine, params, prompt_ids)
     try:
         yield backend
     finally:
         backend.close()
-        if generation.enable_sleep_mode:
-            generation.llm.sleep(level=2)
-            generation._llm_weights_sleeping = True

@@ -26,8 +26,8 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,7 @@ def parse_event(data: str) -> StreamEvent:
         return StreamEvent(done=True)
     event = json.loads(data)
     if not isinstance(event, dict):
-        raise ValueError(f"expected a JSON object, got {excerpt(data)}")
+        raise ValueError(f"expected a JSON object, got {clip_text(data)}")
     if "error" in event or event.get("object") == "error":
         error = event.get("error", event)
         message = error.get("message", error) if isinstance(error, dict) else error
@@ -109,19 +109,19 @@ def parse_event(data: str) -> StreamEvent:
         values = logprobs.get("token_logprobs")
         values = [None] * len(tokens) if values is None else list(values)
         if len(values) != len(tokens):
-            raise ValueError(f"{len(tokens)} logprobs.tokens but {len(values)} token_logprobs in {excerpt(data)}")
+            raise ValueError(f"{len(tokens)} logprobs.tokens but {len(values)} token_logprobs in {clip_text(data)}")
         if token_ids is None:
             token_ids = [_token_id(token, data) for token in tokens]
     if token_ids is None:
         if choice.get("text"):
             raise ValueError(
-                f"an event with text but neither token_ids nor logprobs: {excerpt(data)} (the request asks for "
+                f"an event with text but neither token_ids nor logprobs: {clip_text(data)} (the request asks for "
                 "return_token_ids and return_tokens_as_token_ids)"
             )
         token_ids = []
     token_ids = [int(t) for t in token_ids]
     if values is not None and len(values) != len(token_ids):
-        raise ValueError(f"{len(token_ids)} token_ids but {len(values)} log-probs in {excerpt(data)}")
+        raise ValueError(f"{len(token_ids)} token_ids but {len(values)} log-probs in {clip_text(data)}")
     if values is not None:
         values = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
     return StreamEvent(token_ids, values, choice.get("finish_reason"))
@@ -131,13 +131,22 @@ def _token_id(token: str, data: str) -> int:
     if not isinstance(token, str) or not token.startswith("token_id:"):
         raise ValueError(
             f"logprobs.tokens holds {token!r}, not 'token_id:<id>' (the request sets return_tokens_as_token_ids) "
-            f"in {excerpt(data)}"
+            f"in {clip_text(data)}"
         )
     return int(token.removeprefix("token_id:"))
 
 
-def excerpt(text: str, limit: int = 300) -> str:
+def clip_text(text: str, limit: int = 300) -> str:
+    """`text` cut to `limit` characters ('...' marks a cut), as a quoted `repr` for an error message."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _parse_streamed(data: str) -> StreamEvent:
+    """`parse_event`, failing the request for good (not retried) on an event it cannot read."""
+    try:
+        return parse_event(data)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise _Fatal(f"could not parse a streamed event ({error}): {clip_text(data)}") from None
 
 
 FINISHED = ("stop", "length")  # the finish reasons of a complete completion; "abort" and "error" are failures
@@ -159,6 +168,14 @@ class _Request:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
     has_logprobs: bool = True
+
+    def add(self, event: StreamEvent) -> None:
+        """Append a streamed event's tokens; the log-probs stay only while every event with tokens carried them."""
+        self.token_ids.extend(event.token_ids)
+        if event.logprobs is None or None in event.logprobs:
+            self.has_logprobs = self.has_logprobs and not event.token_ids
+        else:
+            self.logprobs.extend(event.logprobs)
 
 
 class VLLMServerBackend(TokenBackend):
@@ -307,7 +324,7 @@ class VLLMServerBackend(TokenBackend):
                     if response.status != 200:
                         text = await response.text()
                         error: Exception = (_Retryable if response.status >= 500 else _Fatal)(
-                            f"HTTP {response.status}: {excerpt(text)}"
+                            f"HTTP {response.status}: {clip_text(text)}"
                         )
                     else:
                         return (await response.json())["data"][0]["id"]
@@ -394,7 +411,7 @@ class VLLMServerBackend(TokenBackend):
                     text = await response.text()
                 except (aiohttp.ClientError, TimeoutError, OSError):
                     text = ""
-                message = f"HTTP {response.status}: {excerpt(text)}"
+                message = f"HTTP {response.status}: {clip_text(text)}"
                 raise _Retryable(message) if response.status >= 500 else _Fatal(message)
             finish_reason, reusable = await self._read_events(request, response)
             if finish_reason is None:
@@ -418,25 +435,10 @@ class VLLMServerBackend(TokenBackend):
         stream had none) and whether the body was read to its end (then the connection can be reused)."""
         aiohttp = self._aiohttp
         finish_reason, done = None, False
-        buffer, data_lines = b"", []
         try:
-            async for chunk in response.content.iter_any():
-                self._last_activity = time.monotonic()
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for raw in lines:
-                    line = raw.rstrip(b"\r").decode("utf-8")
-                    if line:
-                        if line.startswith("data:"):
-                            data_lines.append(line[5:].removeprefix(" "))
-                        continue  # comments (":...") and other fields are ignored
-                    if not data_lines:
-                        continue
-                    data, data_lines = "\n".join(data_lines), []
-                    try:
-                        event = parse_event(data)
-                    except (ValueError, TypeError, AttributeError) as error:
-                        raise _Fatal(f"could not parse a streamed event ({error}): {excerpt(data)}") from None
+            async with aclosing(self._event_data(response)) as payloads:
+                async for data in payloads:
+                    event = _parse_streamed(data)
                     if event.done:
                         done = True
                         break
@@ -444,14 +446,8 @@ class VLLMServerBackend(TokenBackend):
                         continue  # e.g. a usage summary
                     if event.error is not None:
                         raise _Retryable(f"the server reported an error: {event.error}")
-                    request.token_ids.extend(event.token_ids)
-                    if event.logprobs is None or None in event.logprobs:
-                        request.has_logprobs = request.has_logprobs and not event.token_ids
-                    else:
-                        request.logprobs.extend(event.logprobs)
+                    request.add(event)
                     finish_reason = event.finish_reason
-                if done:
-                    break
         except (aiohttp.ClientError, TimeoutError, OSError):
             if finish_reason is None:
                 raise
@@ -465,6 +461,22 @@ class VLLMServerBackend(TokenBackend):
         except (aiohttp.ClientError, TimeoutError, OSError):
             return finish_reason, False
         return finish_reason, True
+
+    async def _event_data(self, response: Any) -> AsyncIterator[str]:
+        """The `data:` payload of each server-sent event in the response body, as its lines arrive (several `data:`
+        lines of one event joined by newlines; comments (":...") and other fields ignored)."""
+        buffer, data_lines = b"", []
+        async for chunk in response.content.iter_any():
+            self._last_activity = time.monotonic()
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for raw in lines:
+                line = raw.rstrip(b"\r").decode("utf-8")
+                if line.startswith("data:"):
+                    data_lines.append(line[5:].removeprefix(" "))
+                elif not line and data_lines:  # a blank line ends the event
+                    data, data_lines = "\n".join(data_lines), []
+                    yield data
 
     def _fail(self, request: _Request, error: Exception) -> None:
         prompt = self.prompt_ids[request.draw.prompt_index]
@@ -525,45 +537,47 @@ def server_base_url(args: Any) -> str:
     return f"http://{args.vllm_server_host}:{args.vllm_server_port}"
 
 
-def sampling_payload(trainer: Any) -> dict[str, Any]:
-    """The sampling fields of TRL's server-mode request, from `trainer.vllm_generation` (as `VLLMGeneration.generate`
-    passes them to `VLLMClient.generate`), falling back to the trainer's own values for a stand-in without them."""
-    source, args = getattr(trainer, "vllm_generation", None), trainer.args
+def sampling_payload(generation: Any, args: Any) -> dict[str, Any]:
+    """The sampling fields of TRL's server-mode request, from `generation` as `VLLMGeneration.generate` passes them
+    to `VLLMClient.generate`. The trainer passes its `vllm_generation` (or, a stand-in without one, itself: it has the
+    same sampling values); the structured-outputs regex and `generation_kwargs` fall back to the config `args`."""
 
-    def value(name: str, fallback: Any, fallback_name: str | None = None) -> Any:
-        if hasattr(source, name):
-            return getattr(source, name)
-        return getattr(fallback, fallback_name or name, None)
+    def value(name: str, fallback_name: str) -> Any:
+        if hasattr(generation, name):
+            return getattr(generation, name)
+        return getattr(args, fallback_name, None)
 
-    min_p = value("min_p", trainer)
+    min_p = getattr(generation, "min_p", None)
     sampling = {
-        "repetition_penalty": value("repetition_penalty", trainer),
-        "temperature": value("temperature", trainer),
-        "top_p": value("top_p", trainer),
-        "top_k": value("top_k", trainer),
+        "repetition_penalty": getattr(generation, "repetition_penalty", None),
+        "temperature": getattr(generation, "temperature", None),
+        "top_p": getattr(generation, "top_p", None),
+        "top_k": getattr(generation, "top_k", None),
         "min_p": 0.0 if min_p is None else min_p,
-        "max_tokens": value("max_completion_length", trainer),
-        "logprobs": getattr(source, "logprobs", 0),  # GRPOTrainer asks for 0: the sampled tokens' log-probs
+        "max_tokens": getattr(generation, "max_completion_length", None),
+        "logprobs": getattr(generation, "logprobs", 0),  # GRPOTrainer asks for 0: the sampled tokens' log-probs
     }
-    regex = value("structured_outputs_regex", args, "vllm_structured_outputs_regex")
+    regex = value("structured_outputs_regex", "vllm_structured_outputs_regex")
     if regex is not None:
         sampling["structured_outputs"] = {"regex": regex}
-    sampling.update(value("generation_kwargs", args) or {})
+    sampling.update(value("generation_kwargs", "generation_kwargs") or {})
     return sampling
 
 
 @contextmanager
-def vllm_server_backend(trainer: Any, prompt_ids: Sequence[list[int]]) -> Iterator[VLLMServerBackend]:
-    """This process's streaming backend for one step, against the server the config names; closed on exit (every
-    request still in flight is cancelled, so the server aborts it)."""
-    args = trainer.args
+def vllm_server_backend(
+    args: Any, prompt_ids: Sequence[list[int]], sampling: dict[str, Any], process_index: int
+) -> Iterator[VLLMServerBackend]:
+    """This process's streaming backend for one step, against the server the config `args` names, sending the
+    `sampling` fields (`sampling_payload`); closed on exit (every request still in flight is cancelled, so the server
+    aborts it)."""
     backend = VLLMServerBackend(
         server_base_url(args),
         prompt_ids,
-        sampling_payload(trainer),
+        sampling,
         request_timeout=args.vllm_request_timeout,
         request_retries=args.vllm_request_retries,
-        name=f"trl-ada-p{trainer.accelerator.process_index}",
+        name=f"trl-ada-p{process_index}",
     )
     try:
         yield backend
