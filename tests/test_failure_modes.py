@@ -460,8 +460,8 @@ def test_pools_hold_row_numbers_and_rollouts_hold_token_ids_and_text(toy_cold_di
         return select(self, rows)
 
     monkeypatch.setattr(Rollouts, "select", spy_select)
-    steps, ada_step = [], trainer_module._AdaStep
-    monkeypatch.setattr(trainer_module, "_AdaStep", lambda *args: steps.append(args) or ada_step(*args))
+    steps, make_step = [], trainer_module._AdaStep.of
+    monkeypatch.setattr(trainer_module._AdaStep, "of", lambda *args: steps.append(args) or make_step(*args))
     train_one_step(toy_cold_dir, tmp_path, scripted({"a": [0.0], "b": [0.0]}))  # every prompt draws all 32
     (rollouts,) = seen
     assert rollouts.size == 64

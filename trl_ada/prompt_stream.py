@@ -121,14 +121,13 @@ class SidePrompts:
         key: Callable[[dict[str, Any]], str],
         schedule: Any,
         args: Any,
-        seed: int,
         rank: int = 0,
         world_size: int = 1,
         environments: bool = False,
     ) -> SidePrompts:
         """Side prompts over a training set, drawn by process `rank` of `world_size` from a stream seeded with
-        `seed`; the selection test (when `args.prompt_selection` is on) predicts the signal of the schedule's first
-        round. The training set must be a map-style `datasets.Dataset` of text or conversational prompts (a
+        `args.seed`; the selection test (when `args.prompt_selection` is on) predicts the signal of the schedule's
+        first round. The training set must be a map-style `datasets.Dataset` of text or conversational prompts (a
         replacement is another row's `prompt` column, found by index)."""
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or not hasattr(
             dataset, "column_names"
@@ -143,7 +142,7 @@ class SidePrompts:
                 "refill and prompt_selection replace a prompt by another row's `prompt` column; they support text "
                 f"or conversational prompts without images or environments (dataset columns: {columns})."
             )
-        stream = PromptStream(len(dataset), seed, rank, world_size)
+        stream = PromptStream(len(dataset), args.seed, rank, world_size)
         group_size = schedule.round_size(Pool(schedule.positive_threshold), 0)
         threshold = args.selection_threshold if args.prompt_selection != "none" else None
         return cls(dataset, stream, memory, key, group_size, threshold, args.selection_floor)

@@ -117,11 +117,15 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self.ada_collectives = Collectives(accelerator.num_processes, accelerator.process_index, accelerator.device)
         self.ada_side_prompts = None  # the side stream refill and prompt selection draw from
         if args.uses_side_stream:
-            where = (args.seed, accelerator.process_index, accelerator.num_processes)
-            key = lambda row: self._memory_key(row["prompt"], row)  # noqa: E731
-            environments = self.environment_factories is not None
             self.ada_side_prompts = SidePrompts.for_dataset(
-                self.train_dataset, self.ada_memory, key, self.ada_schedule, args, *where, environments
+                self.train_dataset,
+                self.ada_memory,
+                lambda row: self._memory_key(row["prompt"], row),
+                self.ada_schedule,
+                args,
+                rank=accelerator.process_index,
+                world_size=accelerator.num_processes,
+                environments=self.environment_factories is not None,
             )
         # Per generation batch: (global step, batch within it) of the latest training _generate, the step's dataset
         # rows, what sampling hands to the loss, streamed completions handed to TRL's _generate, tool-loop counts.
@@ -133,7 +137,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
         context = getattr(self.model.config, "max_position_embeddings", None)
         self._ada_context_check = ContextCheck(context, self.max_completion_length, lambda text: logger.warning(text))
 
-    # ------------------------------------------------------------------ seam 1: generation in rounds or streamed
     def _generate(self, prompts: list):
         """In training, sample each prompt's pool (in rounds or streamed) and return `num_generations` kept rows per
         prompt. With prompt selection or refill, a row group may end up holding another prompt of the training set:
@@ -168,16 +171,15 @@ class ReinforceAdaTrainer(GRPOTrainer):
         p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
         updates = memory_updates(keys, result.pools)
         self.ada_memory.update_many(collectives.gather_objects(updates))  # every rank's, in rank order
-        group_size = self.num_generations
-        retarget_rows(prompts, self._ada_inputs, starts, result.slots, unique_prompts, unique_inputs, group_size)
-        rng, pools = self._rng(), result.kept_pools
-        kept = [pool.samples[i] for pool in pools for i in downsample(pool, group_size, rng, args.downsample)]
-        per_func = args.multi_objective_aggregation == "normalize_then_sum"
-        step_of = (result, sampled, kept, group_size, self.reward_weights, per_func)
-        self._ada_step = _AdaStep.of(*step_of, p_hat, seconds, skipped)
-        self._pending_extra_logs.update(sampled.extra_logs(kept))
-        output = sampled.select(kept)
-        self._log_lengths(*sampled.step_lengths(), sampled.uncounted_tokens(kept), marks)
+        retarget_rows(
+            prompts, self._ada_inputs, starts, result.slots, unique_prompts, unique_inputs, self.num_generations
+        )
+        self._ada_step = step = _AdaStep.of(
+            result, sampled, args, self.reward_weights, self._rng(), p_hat, seconds, skipped
+        )
+        self._pending_extra_logs.update(sampled.extra_logs(step.kept))
+        output = sampled.select(step.kept)
+        self._log_lengths(*sampled.step_lengths(), sampled.uncounted_tokens(step.kept), marks)
         return output
 
     def _step_io(self) -> StepIO:
@@ -272,7 +274,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return random.Random(f"{prefix}-{batch}" if batch else prefix)
         return random.Random(f"{prefix}-{batch}-{purpose}")
 
-    # ------------------------------------------------------------------ checkpoints: the memory and side streams
     def _save_checkpoint(self, model, trial) -> None:
         """Write the pass-rate memory (and the side stream's position on every process) into the checkpoint folder
         too, before the rest, so a Hub push includes them."""
@@ -310,7 +311,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return self.ada_collectives.gather_tensor(self._ada_step.kept_rewards_per_func.to(self.accelerator.device))
 
-    # ------------------------------------------------------------------ seam 3: pool-level advantages
     def _generate_and_score_completions(self, inputs):
         """GRPOTrainer's step, with the rows' pool-level advantages in place of the group ones."""
         if not self.model.training:
@@ -369,9 +369,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
 @dataclass
 class _AdaStep:
-    """What a generation batch's sampling hands to the loss and the metrics of its step."""
+    """What a generation batch's sampling hands to the loss and to its step's metrics."""
 
     result: SamplingResult
+    kept: list  # handles of the kept rows: `num_generations` per prompt slot, in slot order
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
     generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
@@ -384,21 +385,25 @@ class _AdaStep:
         cls,
         result: SamplingResult,
         sampled: Rollouts | Streamed,
-        kept: list,
-        group_size: int,
+        args: ReinforceAdaConfig,
         reward_weights: torch.Tensor,
-        per_func: bool,
+        rng: random.Random,
         p_hat: list[float],
         seconds: float,
         skipped: int,
     ) -> _AdaStep:
-        """The step of a sampled batch whose kept rows are `kept` (handles into `sampled`). `per_func`: keep each
-        pool's rewards per function too (`normalize_then_sum`)."""
+        """Downsample each kept pool to `num_generations` rows (drawing from `rng`) and keep what the step needs."""
+        group_size = args.num_generations
+        pools = result.kept_pools
+        kept = [pool.samples[i] for pool in pools for i in downsample(pool, group_size, rng, args.downsample)]
         # Each prompt's first num_generations draws in request order: drawn whatever the rewards (see metrics.py).
         first = [handle for pool in result.pools for handle in pool.samples[:group_size]]
         first_moments = reward_moments(sampled.rewards_per_func(first), reward_weights)
-        pools = [sampled.rewards_per_func(pool.samples) for pool in result.kept_pools] if per_func else None
-        return cls(result, sampled.rewards_per_func(kept), p_hat, seconds, skipped, first_moments, pools)
+        per_func = None
+        if args.multi_objective_aggregation == "normalize_then_sum":
+            per_func = [sampled.rewards_per_func(pool.samples) for pool in pools]
+        kept_rewards = sampled.rewards_per_func(kept)
+        return cls(result, kept, kept_rewards, p_hat, seconds, skipped, first_moments, per_func)
 
 
 def _model_name(model: Any) -> str:
