@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from . import reproducible
-from .toy import arithmetic_reward, sampled_accuracy, toy_dataset_split, toy_model_dir, toy_threads
+from .toy import sampled_accuracy, toy_dataset_split, toy_model_dir, toy_task, toy_threads
 
 HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the demo's accuracy report
 
@@ -119,11 +119,13 @@ class HeldoutCurve(TrainerCallback):
         every: int,
         num_samples: int,
         seed: int,
+        task: str = "arithmetic",
     ) -> None:
         if every < 1:
             raise ValueError(f"eval every {every} steps: expected a positive number of steps")
         self.model, self.tokenizer, self.heldout, self.counter = model, tokenizer, heldout, counter
         self.every, self.num_samples, self.seed = every, num_samples, seed
+        self.task = toy_task(task)
         self.checkpoints: list[Checkpoint] = []
         self._start = 0.0
         self._evaluating = 0.0
@@ -131,7 +133,15 @@ class HeldoutCurve(TrainerCallback):
     def _evaluate(self, step: int) -> None:
         began = time.perf_counter()
         # Same sampling seed at every checkpoint and for every method: differences are the model's, not the dice's.
-        accuracy = sampled_accuracy(self.model, self.tokenizer, self.heldout, self.num_samples, seed=self.seed)
+        accuracy = sampled_accuracy(
+            self.model,
+            self.tokenizer,
+            self.heldout,
+            self.num_samples,
+            max_new_tokens=self.task.max_completion_length,
+            seed=self.seed,
+            reward=self.task.reward,
+        )
         seconds = began - self._start - self._evaluating
         self.checkpoints.append(Checkpoint(step, self.counter.completion_tokens, seconds, accuracy))
         self._evaluating += time.perf_counter() - began
@@ -248,6 +258,7 @@ def train_toy(
     trainer_class: type | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     before_train: Callable[[Any], None] | None = None,
+    task: str = "arithmetic",
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -255,13 +266,15 @@ def train_toy(
     Reinforce-Ada authors' recipe, so only the sampling differs), loss, prompts per step and, through TRL's seeded
     sampler, the same prompts in the same order. ``train`` must hold at least ``steps * prompts_per_step`` prompts.
     ``trainer_class`` overrides the trainer (a subclass of the method's own); ``before_train(trainer)`` runs just
-    before ``trainer.train()``.
+    before ``trainer.train()``. ``task`` names the toy task (`trl_ada.toy.toy_task`): its reward and completion
+    budget are used for training and for the held-out evaluations.
     """
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
 
     spec = METHODS[method] if isinstance(method, str) else method
+    toy = toy_task(task)
     if len(train) < steps * prompts_per_step:
         raise ValueError(
             f"{steps} steps x {prompts_per_step} prompts need {steps * prompts_per_step} training prompts, got "
@@ -280,7 +293,7 @@ def train_toy(
         max_steps=steps,
         per_device_train_batch_size=prompts_per_step * spec.num_generations,
         num_generations=spec.num_generations,
-        max_completion_length=8,
+        max_completion_length=toy.max_completion_length,
         temperature=1.0,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
@@ -298,13 +311,15 @@ def train_toy(
         raise TypeError(f"{spec.label} trains with {default_class.__name__}; got {trainer_class.__name__}")
     trainer = trainer_class(
         model,
-        arithmetic_reward,
+        toy.reward,
         args=config,
         train_dataset=train,
         processing_class=tokenizer,
     )
     counter = count_generated_tokens(trainer)
-    curve = HeldoutCurve(trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed)
+    curve = HeldoutCurve(
+        trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed, task=task
+    )
     log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
     for callback in (curve, log, *callbacks):
         trainer.add_callback(callback)
