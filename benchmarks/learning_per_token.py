@@ -4,9 +4,11 @@ prompt selection, and Reinforce-Ada positive/balanced with fixed or posterior ro
     python benchmarks/learning_per_token.py                             # every method, 5 seeds x 200 steps
     python benchmarks/learning_per_token.py --methods grpo-4 recommended  # the configuration the README recommends
     python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
+    python benchmarks/learning_per_token.py --task reasoning --methods grpo-4 ada-balanced  # the step-by-step task
 
-Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir()`), sees the same prompts in the same
-order for a given seed (16 per step; selection and refill replace some from their side stream), takes the same number
+Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir(task=...)`; ``--task`` picks the
+arithmetic task, the default, or the step-by-step "reasoning" one), sees the same prompts in the same order for a given
+seed (16 per step; selection and refill replace some from their side stream), takes the same number
 of optimizer steps with the same learning rate, loss and reward scaling; only the sampling differs. Held-out sampled
 accuracy is measured every few steps against the completion tokens generated so far (counted at GRPOTrainer's
 generation call, identically for every method: every round, refill and replaced prompt counts) and the training wall
@@ -17,7 +19,10 @@ Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final a
 accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own, and per seed (mean and
 sd); the area under each seed's accuracy curve up to the fewest tokens (seconds) any run reached; final accuracy
 (mean and per seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
-averaged over training. Writes JSON, a Markdown table and a PNG plot to ``--output-dir``.
+averaged over training. Before the runs, the start model's own samples on the training prompts (16 per prompt)
+measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
+samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
+``--output-dir``.
 """
 
 from __future__ import annotations
@@ -256,12 +261,14 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> dict[str, Any]:
     """Train one method from the warm start with one seed, in this process; return its measurements."""
     from trl_ada.demo import train_toy
-    from trl_ada.toy import make_arithmetic_dataset
+    from trl_ada.toy import toy_task
 
+    task = toy_task(settings["task"])
     prompts_per_step = settings["prompts_per_step"]
-    # Training prompts vary with the seed; the held-out set is the same for every seed.
-    train = make_arithmetic_dataset(settings["steps"] * prompts_per_step, seed=seed, split="train")
-    heldout = make_arithmetic_dataset(settings["heldout"], seed=1_000_003, split="eval")
+    # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
+    # the same for every seed.
+    train = task.train_rows(settings["steps"] * prompts_per_step, seed)
+    heldout = task.heldout(settings["heldout"])
     run = train_toy(
         CATALOG[key][0],
         settings["model_dir"],
@@ -276,6 +283,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         output_dir=f"{output_dir}/seed{seed}-{key}",
         log_every=settings["eval_every"],
         verbose=False,
+        task=settings["task"],
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
@@ -293,6 +301,37 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         "completions_per_trained_prompt": run.generated.completions / trained_prompts,
         "refills_per_step": per_step("ada/refills"),
         "skipped_per_step": per_step("ada/skipped"),
+    }
+
+
+def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:
+    """The start model's pass-rate mix and completion lengths on the distinct prompts of ``seed``'s training rows
+    (`trl_ada.toy.testbed_properties`), and how many times a run visits each of them."""
+    from collections import Counter
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.toy import testbed_properties, toy_task, toy_threads
+
+    task = toy_task(settings["task"])
+    rows = task.train_rows(settings["steps"] * settings["prompts_per_step"], seed)
+    contents = [prompt[-1]["content"] for prompt in rows["prompt"]]
+    visits = Counter(contents)
+    first = {content: index for index, content in reversed(list(enumerate(contents)))}
+    distinct = rows.select(sorted(first.values()))
+    model = AutoModelForCausalLM.from_pretrained(settings["model_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(settings["model_dir"])
+    with toy_threads():
+        properties = testbed_properties(
+            model, tokenizer, distinct, task.reward, task.max_completion_length, num_samples=num_samples
+        )
+    return {
+        "task": settings["task"],
+        "measured_on": f"the {len(distinct)} distinct prompts of seed {seed}'s {len(rows)} training rows",
+        **properties,
+        "visits_per_prompt": len(rows) / len(distinct),
+        "visits_per_prompt_min": min(visits.values()),
+        "visits_per_prompt_max": max(visits.values()),
     }
 
 
@@ -316,6 +355,20 @@ def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, An
             order = sorted(tasks, key=lambda task: -CATALOG[task[1]][1])
             futures = {task: pool.submit(run_one, *task, settings, scratch) for task in order}
             return [futures[task].result() for task in tasks]
+
+
+def testbed_line(testbed: dict[str, Any]) -> str:
+    def length(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    return (
+        f"{testbed['prompts']} training prompts x {testbed['samples_per_prompt']} samples, accuracy "
+        f"{testbed['accuracy']:.3f}; all right at n=4 {testbed['frac_all_correct_n4']:.2f}, all wrong at n=4 "
+        f"{testbed['frac_all_wrong_n4']:.2f}; mean length right {length(testbed['mean_len_right'])}, wrong "
+        f"{length(testbed['mean_len_wrong'])} tokens, p90/p10 of per-prompt mean length "
+        f"{testbed['len_p90_over_p10']:.2f}, truncated {testbed['frac_truncated']:.3f}; "
+        f"{testbed['visits_per_prompt']:.2f} visits per prompt (min {testbed['visits_per_prompt_min']})"
+    )
 
 
 def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: pathlib.Path, title: str) -> None:
@@ -353,6 +406,7 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
+    parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "reasoning"], help="the toy task")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "recommended"], choices=METHODS)
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
@@ -376,7 +430,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("steps", "eval_every", "heldout", "heldout_samples"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
-    settings |= {"prompts_per_step": args.prompts_per_step, "learning_rate": args.learning_rate}
+    settings |= {"task": args.task, "prompts_per_step": args.prompts_per_step, "learning_rate": args.learning_rate}
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -385,7 +439,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl_ada.toy import toy_model_dir
 
     # Build the warm start once, before the workers race for it.
-    settings["model_dir"] = str(args.model_dir or toy_model_dir())
+    settings["model_dir"] = str(args.model_dir or toy_model_dir(task=args.task))
+    began = time.perf_counter()
+    testbed = measure_testbed(settings, args.seeds[0])
+    testbed["seconds"] = round(time.perf_counter() - began, 1)
+    print(f"testbed: {testbed_line(testbed)}", flush=True)
     start = time.perf_counter()
     runs = run_all(args.seeds, args.methods, settings, args.jobs)
     elapsed = time.perf_counter() - start
@@ -394,8 +452,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = summarise(runs)
     table = markdown_table(rows)
     title = (
-        f"Toy task, {settings['steps']} steps x {settings['prompts_per_step']} prompts, seeds {args.seeds}, "
-        f"held-out {settings['heldout']} x {settings['heldout_samples']}"
+        f"Toy task ({args.task}), {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
+        f"seeds {args.seeds}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, args.output_dir / f"{name}.png", title)
     report = {
@@ -407,6 +465,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": machine,
         "load_average_1min_after": machine_after["load_average_1min"],
         "elapsed_seconds": round(elapsed, 1),
+        "testbed": testbed,
         "summary": rows,
         "runs": runs,
     }
@@ -415,7 +474,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = (
         f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.\n"
         f"Machine: {describe(machine)}; load average after: {machine_after['load_average_1min']}. "
-        f"{elapsed / 60:.1f} min.\n\n{table}\n"
+        f"{elapsed / 60:.1f} min.\nTestbed at the start: {testbed_line(testbed)}.\n\n{table}\n"
     )
     (args.output_dir / f"{name}.md").write_text(text)
     print("\n" + text, flush=True)
