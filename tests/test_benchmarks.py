@@ -235,6 +235,28 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
 
 
 @pytest.mark.slow
+def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
+    """The step-by-step task on its untrained model: a training row per prompt of whole epochs, 64-token completions,
+    and the start's measured testbed in the report."""
+    from trl_ada.toy import toy_model_dir
+
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
+    argv = ["--task", "reasoning", "--steps", "2", "--eval-every", "2", "--heldout", "4", "--heldout-samples", "1"]
+    argv += ["--seeds", "0", "--methods", "grpo-4", "--jobs", "1", "--model-dir", str(cold), "--prompts-per-step", "2"]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    testbed = json.loads((tmp_path / "tiny.json").read_text())["testbed"]
+    assert (
+        testbed == report["testbed"] and testbed["task"] == "reasoning" and report["settings"]["task"] == "reasoning"
+    )
+    for key in ("frac_all_correct_n4", "frac_all_wrong_n4", "len_p90_over_p10"):
+        assert 0 <= testbed[key] < float("inf")
+    assert testbed["prompts"] == 4 and testbed["visits_per_prompt"] == 1.0  # 2 steps x 2 prompts: a part epoch
+    assert testbed["mean_len_wrong"] > 0 and testbed["mean_len"] <= 64
+    assert report["runs"][0]["generated"]["completion_tokens"] <= 2 * 2 * 4 * 64
+    assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
+
+
+@pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
     from trl_ada import engine, trainer
     from trl_ada.backends import rounds
