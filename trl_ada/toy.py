@@ -11,6 +11,9 @@ warm-up depends on the last bits of every float operation, so the same code stop
 CPU (500 steps on one machine, 600 on another) and every number measured after it differs. Shipping the weights gives
 every machine the same start; ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
 
+A second task, "reasoning" (:mod:`trl_ada.toy_reasoning`: ``7+5-3+8`` worked one operation per line), shares the
+tokenizer, model and warm-up loop; :func:`toy_task` describes each task and ``toy_model_dir(task=...)`` picks one.
+
 Typical use::
 
     path = toy_model_dir()  # the shipped warm model; instant
