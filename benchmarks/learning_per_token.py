@@ -16,9 +16,10 @@ time (evaluations excluded). Runs go to two one-thread worker processes (faster 
 cores); wall times are therefore single-thread times.
 
 Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
-accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own, and per seed (mean and
-sd); the area under each seed's accuracy curve up to the fewest tokens (seconds) any run reached; final accuracy
-(mean and per seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
+accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
+paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy
+curve up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per
+seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
 averaged over training. Before the runs, the start model's own samples on the training prompts (16 per prompt)
 measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
 samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
@@ -29,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
+import random
 import sys
 import tempfile
 import time
@@ -211,9 +214,60 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
                 "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
                 "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
+                **paired_bootstrap(by_method[BASELINE], method_runs),
+                "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             }
         )
     return rows
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _percentile_interval(values: Sequence[float], level: float = 0.95) -> list[float | None]:
+    """The central ``level`` interval of ``values`` by the percentile method; inf (a resample that never reached the
+    target) is reported as None."""
+    ordered = sorted(values)
+    low = ordered[math.floor((1 - level) / 2 * (len(ordered) - 1))]
+    high = ordered[math.ceil((1 + level) / 2 * (len(ordered) - 1))]
+    return [None if v == float("inf") else v for v in (low, high)]
+
+
+def paired_bootstrap(
+    base_runs: Sequence[dict[str, Any]],
+    method_runs: Sequence[dict[str, Any]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, list[float | None]]:
+    """95% intervals for a method's tokens and seconds ratios to the baseline and for its final accuracy, by a paired
+    bootstrap over seeds: each resample draws seeds with replacement and takes the baseline's and the method's runs of
+    those same seeds, so that the prompts and sampling a seed shares between methods cancel out. Within a resample
+    the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
+    seed-averaged final accuracy); a method that never reaches the target counts as an infinite ratio."""
+    base = {run["seed"]: run for run in base_runs}
+    mine = {run["seed"]: run for run in method_runs}
+    seeds = sorted(set(base) & set(mine))
+    if not seeds:
+        raise ValueError("the baseline and the method share no seed")
+    rng = random.Random(seed)
+    ratios: dict[str, list[float]] = {"tokens": [], "seconds": []}
+    finals = []
+    for _ in range(resamples):
+        sample = [rng.choice(seeds) for _ in seeds]
+        base_curve = mean_curve([base[s] for s in sample])
+        curve = mean_curve([mine[s] for s in sample])
+        target = base_curve["accuracy"][-1]
+        for x, values in ratios.items():
+            ratio = _ratio(
+                crossing(curve[x], curve["accuracy"], target), crossing(base_curve[x], base_curve["accuracy"], target)
+            )
+            values.append(float("inf") if ratio is None else ratio)
+        finals.append(curve["accuracy"][-1])
+    return {
+        "tokens_ratio_ci": _percentile_interval(ratios["tokens"]),
+        "seconds_ratio_ci": _percentile_interval(ratios["seconds"]),
+        "final_accuracy_ci": _percentile_interval(finals),
+    }
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -225,10 +279,17 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    def reach(value: float | None, ratio: float | None, fmt: str) -> str:
+    def reach(value: float | None, ratio: float | None, fmt: str, ci: list[float | None] | None = None) -> str:
         if value is None:
             return "not reached"
-        return fmt.format(value) + ("" if ratio is None else f" ({ratio:.2f}x)")
+        if ratio is None:
+            return fmt.format(value)
+        return fmt.format(value) + f" ({ratio:.2f}x{interval(ci, '{:.2f}')})"
+
+    def interval(ci: list[float | None] | None, fmt: str) -> str:
+        if ci is None:
+            return ""
+        return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
 
     def spread(cell: dict[str, Any], fmt: str) -> str:
         if cell["mean"] is None:
@@ -237,18 +298,19 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         return text + (f" ({cell['missing']} not)" if cell["missing"] else "")
 
     lines = [
-        "| method | final accuracy (per seed) | tokens to reach target | per seed: mean ± sd "
-        "| seconds to reach target | AUC vs tokens | AUC vs seconds | completions / trained prompt "
-        "| zero-std groups (first round) |",
+        "| method | final accuracy [95% CI] (per seed) | tokens to reach target (ratio [95% CI]) "
+        "| per seed: mean ± sd | seconds to reach target (ratio [95% CI]) | AUC vs tokens | AUC vs seconds "
+        "| completions / trained prompt | zero-std groups (first round) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per_seed = ", ".join(f"{a:.3f}" for a in r["final_accuracy_per_seed"])
+        final = f"{r['final_accuracy']:.3f}{interval(r.get('final_accuracy_ci'), '{:.3f}')}"
         lines.append(
-            f"| {r['method']} | {r['final_accuracy']:.3f} ({per_seed}) "
-            f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}')} "
+            f"| {r['method']} | {final} ({per_seed}) "
+            f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}', r.get('tokens_ratio_ci'))} "
             f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
-            f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}')} "
+            f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}', r.get('seconds_ratio_ci'))} "
             f"| {spread(r['auc_tokens'], '{:.3f}')} | {spread(r['auc_seconds'], '{:.3f}')} "
             f"| {r['completions_per_trained_prompt']:.2f} "
             f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
