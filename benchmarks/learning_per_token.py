@@ -371,12 +371,12 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
 
 def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:
     """The start model's pass-rate mix and completion lengths on the distinct prompts of ``seed``'s training rows
-    (`trl_ada.toy.testbed_properties`), and how many times a run visits each of them."""
+    (`trl_ada.toy.sample_properties`), and how many times a run visits each of them."""
     from collections import Counter
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ada.toy import testbed_properties, toy_task, toy_threads
+    from trl_ada.toy import sample_properties, toy_task, toy_threads
 
     task = toy_task(settings["task"])
     rows = task.train_rows(settings["steps"] * settings["prompts_per_step"], seed)
@@ -387,7 +387,7 @@ def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) 
     model = AutoModelForCausalLM.from_pretrained(settings["model_dir"])
     tokenizer = AutoTokenizer.from_pretrained(settings["model_dir"])
     with toy_threads():
-        properties = testbed_properties(
+        properties = sample_properties(
             model, tokenizer, distinct, task.reward, task.max_completion_length, num_samples=num_samples
         )
     return {

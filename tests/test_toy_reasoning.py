@@ -202,7 +202,7 @@ def test_the_shipped_warm_model_has_the_testbed_properties():
     tokenizer = AutoTokenizer.from_pretrained(reasoning.SHIPPED_WARM_DIR)
     train = reasoning.reasoning_train_set()
     with toy.toy_threads():
-        mix = toy.testbed_properties(
+        mix = toy.sample_properties(
             model, tokenizer, train, reasoning.reasoning_reward, reasoning.MAX_COMPLETION_LENGTH, seed=0
         )
     assert mix["frac_all_correct_n4"] >= 0.25 and mix["frac_all_wrong_n4"] >= 0.20

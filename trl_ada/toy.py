@@ -56,9 +56,9 @@ __all__ = [
     "make_arithmetic_dataset",
     "per_prompt_pass_rates",
     "sample_completions",
+    "sample_properties",
     "sampled_accuracy",
     "supervised_warmup",
-    "testbed_properties",
     "toy_dataset_split",
     "toy_model_dir",
     "toy_num_threads",
@@ -415,7 +415,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def testbed_properties(
+def sample_properties(
     model: transformers.PreTrainedModel,
     tokenizer: transformers.PreTrainedTokenizerBase,
     dataset: datasets.Dataset,
