@@ -4,9 +4,11 @@ prompt selection, and Reinforce-Ada positive/balanced with fixed or posterior ro
     python benchmarks/learning_per_token.py                             # every method, 5 seeds x 200 steps
     python benchmarks/learning_per_token.py --methods grpo-4 recommended  # the configuration the README recommends
     python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
+    python benchmarks/learning_per_token.py --task reasoning --methods grpo-4 ada-balanced  # the step-by-step task
 
-Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir()`), sees the same prompts in the same
-order for a given seed (16 per step; selection and refill replace some from their side stream), takes the same number
+Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir(task=...)`; ``--task`` picks the
+arithmetic task, the default, or the step-by-step "reasoning" one), sees the same prompts in the same order for a given
+seed (16 per step; selection and refill replace some from their side stream), takes the same number
 of optimizer steps with the same learning rate, loss and reward scaling; only the sampling differs. Held-out sampled
 accuracy is measured every few steps against the completion tokens generated so far (counted at GRPOTrainer's
 generation call, identically for every method: every round, refill and replaced prompt counts) and the training wall
@@ -14,17 +16,23 @@ time (evaluations excluded). Runs go to two one-thread worker processes (faster 
 cores); wall times are therefore single-thread times.
 
 Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
-accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own, and per seed (mean and
-sd); the area under each seed's accuracy curve up to the fewest tokens (seconds) any run reached; final accuracy
-(mean and per seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
-averaged over training. Writes JSON, a Markdown table and a PNG plot to ``--output-dir``.
+accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
+paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy
+curve up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per
+seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
+averaged over training. Before the runs, the start model's own samples on the training prompts (16 per prompt)
+measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
+samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
+``--output-dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
+import random
 import sys
 import tempfile
 import time
@@ -77,6 +85,9 @@ METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
+# GRPO n=4 at 2e-4 on the reasoning task dropped 11 points in its first 40 steps and ended 1 point up (seed 0); at 1e-4
+# it rose steadily, +10 points in 200 steps (benchmarks/README.md#the-reasoning-task).
+LEARNING_RATE = {"arithmetic": 2e-4, "reasoning": 1e-4}
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
@@ -203,9 +214,60 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
                 "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
                 "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
+                **paired_bootstrap(by_method[BASELINE], method_runs),
+                "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             }
         )
     return rows
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _percentile_interval(values: Sequence[float], level: float = 0.95) -> list[float | None]:
+    """The central ``level`` interval of ``values`` by the percentile method; inf (a resample that never reached the
+    target) is reported as None."""
+    ordered = sorted(values)
+    low = ordered[math.floor((1 - level) / 2 * (len(ordered) - 1))]
+    high = ordered[math.ceil((1 + level) / 2 * (len(ordered) - 1))]
+    return [None if v == float("inf") else v for v in (low, high)]
+
+
+def paired_bootstrap(
+    base_runs: Sequence[dict[str, Any]],
+    method_runs: Sequence[dict[str, Any]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, list[float | None]]:
+    """95% intervals for a method's tokens and seconds ratios to the baseline and for its final accuracy, by a paired
+    bootstrap over seeds: each resample draws seeds with replacement and takes the baseline's and the method's runs of
+    those same seeds, so that the prompts and sampling a seed shares between methods cancel out. Within a resample
+    the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
+    seed-averaged final accuracy); a method that never reaches the target counts as an infinite ratio."""
+    base = {run["seed"]: run for run in base_runs}
+    mine = {run["seed"]: run for run in method_runs}
+    seeds = sorted(set(base) & set(mine))
+    if not seeds:
+        raise ValueError("the baseline and the method share no seed")
+    rng = random.Random(seed)
+    ratios: dict[str, list[float]] = {"tokens": [], "seconds": []}
+    finals = []
+    for _ in range(resamples):
+        sample = [rng.choice(seeds) for _ in seeds]
+        base_curve = mean_curve([base[s] for s in sample])
+        curve = mean_curve([mine[s] for s in sample])
+        target = base_curve["accuracy"][-1]
+        for x, values in ratios.items():
+            ratio = _ratio(
+                crossing(curve[x], curve["accuracy"], target), crossing(base_curve[x], base_curve["accuracy"], target)
+            )
+            values.append(float("inf") if ratio is None else ratio)
+        finals.append(curve["accuracy"][-1])
+    return {
+        "tokens_ratio_ci": _percentile_interval(ratios["tokens"]),
+        "seconds_ratio_ci": _percentile_interval(ratios["seconds"]),
+        "final_accuracy_ci": _percentile_interval(finals),
+    }
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -217,10 +279,17 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    def reach(value: float | None, ratio: float | None, fmt: str) -> str:
+    def reach(value: float | None, ratio: float | None, fmt: str, ci: list[float | None] | None = None) -> str:
         if value is None:
             return "not reached"
-        return fmt.format(value) + ("" if ratio is None else f" ({ratio:.2f}x)")
+        if ratio is None:
+            return fmt.format(value)
+        return fmt.format(value) + f" ({ratio:.2f}x{interval(ci, '{:.2f}')})"
+
+    def interval(ci: list[float | None] | None, fmt: str) -> str:
+        if ci is None:
+            return ""
+        return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
 
     def spread(cell: dict[str, Any], fmt: str) -> str:
         if cell["mean"] is None:
@@ -229,18 +298,19 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         return text + (f" ({cell['missing']} not)" if cell["missing"] else "")
 
     lines = [
-        "| method | final accuracy (per seed) | tokens to reach target | per seed: mean ± sd "
-        "| seconds to reach target | AUC vs tokens | AUC vs seconds | completions / trained prompt "
-        "| zero-std groups (first round) |",
+        "| method | final accuracy [95% CI] (per seed) | tokens to reach target (ratio [95% CI]) "
+        "| per seed: mean ± sd | seconds to reach target (ratio [95% CI]) | AUC vs tokens | AUC vs seconds "
+        "| completions / trained prompt | zero-std groups (first round) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per_seed = ", ".join(f"{a:.3f}" for a in r["final_accuracy_per_seed"])
+        final = f"{r['final_accuracy']:.3f}{interval(r.get('final_accuracy_ci'), '{:.3f}')}"
         lines.append(
-            f"| {r['method']} | {r['final_accuracy']:.3f} ({per_seed}) "
-            f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}')} "
+            f"| {r['method']} | {final} ({per_seed}) "
+            f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}', r.get('tokens_ratio_ci'))} "
             f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
-            f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}')} "
+            f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}', r.get('seconds_ratio_ci'))} "
             f"| {spread(r['auc_tokens'], '{:.3f}')} | {spread(r['auc_seconds'], '{:.3f}')} "
             f"| {r['completions_per_trained_prompt']:.2f} "
             f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
@@ -256,12 +326,14 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> dict[str, Any]:
     """Train one method from the warm start with one seed, in this process; return its measurements."""
     from trl_ada.demo import train_toy
-    from trl_ada.toy import make_arithmetic_dataset
+    from trl_ada.toy import toy_task
 
+    task = toy_task(settings["task"])
     prompts_per_step = settings["prompts_per_step"]
-    # Training prompts vary with the seed; the held-out set is the same for every seed.
-    train = make_arithmetic_dataset(settings["steps"] * prompts_per_step, seed=seed, split="train")
-    heldout = make_arithmetic_dataset(settings["heldout"], seed=1_000_003, split="eval")
+    # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
+    # the same for every seed.
+    train = task.train_rows(settings["steps"] * prompts_per_step, seed)
+    heldout = task.heldout(settings["heldout"])
     run = train_toy(
         CATALOG[key][0],
         settings["model_dir"],
@@ -276,6 +348,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         output_dir=f"{output_dir}/seed{seed}-{key}",
         log_every=settings["eval_every"],
         verbose=False,
+        task=settings["task"],
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
@@ -293,6 +366,37 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         "completions_per_trained_prompt": run.generated.completions / trained_prompts,
         "refills_per_step": per_step("ada/refills"),
         "skipped_per_step": per_step("ada/skipped"),
+    }
+
+
+def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:
+    """The start model's pass-rate mix and completion lengths on the distinct prompts of ``seed``'s training rows
+    (`trl_ada.toy.sample_properties`), and how many times a run visits each of them."""
+    from collections import Counter
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.toy import sample_properties, toy_task, toy_threads
+
+    task = toy_task(settings["task"])
+    rows = task.train_rows(settings["steps"] * settings["prompts_per_step"], seed)
+    contents = [prompt[-1]["content"] for prompt in rows["prompt"]]
+    visits = Counter(contents)
+    first = {content: index for index, content in reversed(list(enumerate(contents)))}
+    distinct = rows.select(sorted(first.values()))
+    model = AutoModelForCausalLM.from_pretrained(settings["model_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(settings["model_dir"])
+    with toy_threads():
+        properties = sample_properties(
+            model, tokenizer, distinct, task.reward, task.max_completion_length, num_samples=num_samples
+        )
+    return {
+        "task": settings["task"],
+        "measured_on": f"the {len(distinct)} distinct prompts of seed {seed}'s {len(rows)} training rows",
+        **properties,
+        "visits_per_prompt": len(rows) / len(distinct),
+        "visits_per_prompt_min": min(visits.values()),
+        "visits_per_prompt_max": max(visits.values()),
     }
 
 
@@ -316,6 +420,20 @@ def run_all(seeds: Sequence[int], methods: Sequence[str], settings: dict[str, An
             order = sorted(tasks, key=lambda task: -CATALOG[task[1]][1])
             futures = {task: pool.submit(run_one, *task, settings, scratch) for task in order}
             return [futures[task].result() for task in tasks]
+
+
+def testbed_line(testbed: dict[str, Any]) -> str:
+    def length(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    return (
+        f"{testbed['prompts']} training prompts x {testbed['samples_per_prompt']} samples, accuracy "
+        f"{testbed['accuracy']:.3f}; all right at n=4 {testbed['frac_all_correct_n4']:.2f}, all wrong at n=4 "
+        f"{testbed['frac_all_wrong_n4']:.2f}; mean length right {length(testbed['mean_len_right'])}, wrong "
+        f"{length(testbed['mean_len_wrong'])} tokens, p90/p10 of per-prompt mean length "
+        f"{testbed['len_p90_over_p10']:.2f}, truncated {testbed['frac_truncated']:.3f}; "
+        f"{testbed['visits_per_prompt']:.2f} visits per prompt (min {testbed['visits_per_prompt_min']})"
+    )
 
 
 def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: pathlib.Path, title: str) -> None:
@@ -353,6 +471,7 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
+    parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "reasoning"], help="the toy task")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "recommended"], choices=METHODS)
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
@@ -360,7 +479,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heldout", type=int, help="held-out prompts")
     parser.add_argument("--heldout-samples", type=int, help="sampled completions per held-out prompt")
     parser.add_argument("--prompts-per-step", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument(
+        "--learning-rate", type=float, help=f"constant learning rate (default per task: {LEARNING_RATE})"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each")
     parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
@@ -376,7 +497,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("steps", "eval_every", "heldout", "heldout_samples"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
-    settings |= {"prompts_per_step": args.prompts_per_step, "learning_rate": args.learning_rate}
+    learning_rate = args.learning_rate if args.learning_rate is not None else LEARNING_RATE[args.task]
+    settings |= {"task": args.task, "prompts_per_step": args.prompts_per_step, "learning_rate": learning_rate}
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -385,7 +507,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl_ada.toy import toy_model_dir
 
     # Build the warm start once, before the workers race for it.
-    settings["model_dir"] = str(args.model_dir or toy_model_dir())
+    settings["model_dir"] = str(args.model_dir or toy_model_dir(task=args.task))
+    began = time.perf_counter()
+    testbed = measure_testbed(settings, args.seeds[0])
+    testbed["seconds"] = round(time.perf_counter() - began, 1)
+    print(f"testbed: {testbed_line(testbed)}", flush=True)
     start = time.perf_counter()
     runs = run_all(args.seeds, args.methods, settings, args.jobs)
     elapsed = time.perf_counter() - start
@@ -394,8 +520,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = summarise(runs)
     table = markdown_table(rows)
     title = (
-        f"Toy task, {settings['steps']} steps x {settings['prompts_per_step']} prompts, seeds {args.seeds}, "
-        f"held-out {settings['heldout']} x {settings['heldout_samples']}"
+        f"Toy task ({args.task}), {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
+        f"seeds {args.seeds}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, args.output_dir / f"{name}.png", title)
     report = {
@@ -407,6 +533,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": machine,
         "load_average_1min_after": machine_after["load_average_1min"],
         "elapsed_seconds": round(elapsed, 1),
+        "testbed": testbed,
         "summary": rows,
         "runs": runs,
     }
@@ -415,7 +542,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = (
         f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.\n"
         f"Machine: {describe(machine)}; load average after: {machine_after['load_average_1min']}. "
-        f"{elapsed / 60:.1f} min.\n\n{table}\n"
+        f"{elapsed / 60:.1f} min.\nTestbed at the start: {testbed_line(testbed)}.\n\n{table}\n"
     )
     (args.output_dir / f"{name}.md").write_text(text)
     print("\n" + text, flush=True)

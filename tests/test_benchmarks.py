@@ -92,7 +92,32 @@ def test_summary_ratios_on_seed_averaged_curves():
     assert rows["grpo-4"]["auc_token_budget"] == 1900
     assert rows["grpo-4"]["auc_tokens"]["values"][0] == pytest.approx((900 * 0.42 + 1000 * 0.48) / 1900)
     table = learning_per_token.markdown_table(list(rows.values()))
-    assert "not reached" in table and "1,500 (0.75x)" in table and "1,650 (1 not)" in table
+    assert "not reached" in table and "1,500 (0.75x [" in table and "1,650 (1 not)" in table
+
+
+def test_paired_bootstrap_intervals_hand_worked():
+    base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40, 0.40 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.04])]
+    # Final accuracies 0.60 and 0.68 on seeds 0 and 1: a resample's mean final is 0.60, 0.64 or 0.68, the two ends
+    # each with probability 1/4, so the 95% interval is [0.60, 0.68].
+    fast = [fake_run("ada", s, [0, 500, 1000], [0.40, 0.40 + a, 0.60 + 2 * a]) for s, a in enumerate([0.0, 0.04])]
+    intervals = learning_per_token.paired_bootstrap(base, fast, resamples=400)
+    assert intervals["final_accuracy_ci"] == [pytest.approx(0.60), pytest.approx(0.68)]
+    # The baseline's curves at half the tokens, seed by seed: every resample's ratio is 0.5.
+    copies = [fake_run("ada", s, [0, 500, 1000], [0.40, 0.40 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.04])]
+    same_shape = learning_per_token.paired_bootstrap(base, copies, resamples=400)
+    assert same_shape["tokens_ratio_ci"] == [pytest.approx(0.5), pytest.approx(0.5)]
+    assert same_shape["seconds_ratio_ci"] == [pytest.approx(0.5), pytest.approx(0.5)]
+    # A method that never reaches the target has no finite upper bound.
+    slow = [fake_run("slow", s, [0, 1000, 2000], [0.40, 0.41, 0.42]) for s in range(2)]
+    assert learning_per_token.paired_bootstrap(base, slow, resamples=50)["tokens_ratio_ci"] == [None, None]
+    with pytest.raises(ValueError, match="no seed"):
+        learning_per_token.paired_bootstrap(base, [fake_run("ada", 7, [0, 10], [0.4, 0.5])])
+    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *copies])}
+    assert (
+        rows["ada"]["tokens_ratio"] == pytest.approx(0.5)
+        and rows["ada"]["tokens_ratio_ci"] == same_shape["tokens_ratio_ci"]
+    )
+    assert rows["grpo-4"]["tokens_ratio_ci"] == [1.0, 1.0]  # the baseline against itself
 
 
 def test_area_under_curve_hand_worked():
@@ -232,6 +257,28 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
         assert row["target_accuracy"] == pytest.approx(
             sum(r["checkpoints"][-1]["accuracy"] for r in saved["runs"] if r["key"] == "grpo-4") / 2
         )
+
+
+@pytest.mark.slow
+def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
+    """The step-by-step task on its untrained model: a training row per prompt of whole epochs, 64-token completions,
+    and the start's measured testbed in the report."""
+    from trl_ada.toy import toy_model_dir
+
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
+    argv = ["--task", "reasoning", "--steps", "2", "--eval-every", "2", "--heldout", "4", "--heldout-samples", "1"]
+    argv += ["--seeds", "0", "--methods", "grpo-4", "--jobs", "1", "--model-dir", str(cold), "--prompts-per-step", "2"]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    testbed = json.loads((tmp_path / "tiny.json").read_text())["testbed"]
+    assert (
+        testbed == report["testbed"] and testbed["task"] == "reasoning" and report["settings"]["task"] == "reasoning"
+    )
+    for key in ("frac_all_correct_n4", "frac_all_wrong_n4", "len_p90_over_p10"):
+        assert 0 <= testbed[key] < float("inf")
+    assert testbed["prompts"] == 4 and testbed["visits_per_prompt"] == 1.0  # 2 steps x 2 prompts: a part epoch
+    assert testbed["mean_len_wrong"] > 0 and testbed["mean_len"] <= 64
+    assert report["runs"][0]["generated"]["completion_tokens"] <= 2 * 2 * 4 * 64
+    assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""What the wheel holds and does outside the checkout: recipes, accelerate configs, the warm toy model, py.typed, one
+"""What the wheel holds and does outside the checkout: recipes, accelerate configs, the warm toy models, py.typed, one
 version; and the built wheel, installed in a fresh venv, trains the toy recipe by name."""
 
 import configparser
@@ -67,13 +67,15 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_recipes_configs_the_warm_model_and_py_typed(wheel):
+def test_the_wheel_holds_recipes_configs_the_warm_models_and_py_typed(wheel):
     files = set(zipfile.ZipFile(wheel).namelist())
     for name in catalog.names():
         assert f"trl_ada/recipes/{name}.yaml" in files
     assert "trl_ada/recipes/README.md" in files and "trl_ada/py.typed" in files
-    for path in toy.SHIPPED_WARM_DIR.iterdir():
-        assert f"trl_ada/toy_warm/{path.name}" in files
+    for task in toy.TASKS:
+        shipped = toy.toy_task(task).shipped_dir
+        for path in shipped.iterdir():
+            assert f"trl_ada/{shipped.name}/{path.name}" in files
     assert not [name for name in files if name.startswith(("recipes/", "tests/", "benchmarks/"))]
     assert wheel.name.startswith(f"trl_ada-{trl_ada.__version__}-")
     metadata = zipfile.ZipFile(wheel).read(f"trl_ada-{trl_ada.__version__}.dist-info/METADATA").decode()

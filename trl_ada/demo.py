@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from . import reproducible
-from .toy import arithmetic_reward, sampled_accuracy, toy_dataset_split, toy_model_dir, toy_threads
+from .toy import sampled_accuracy, toy_dataset_split, toy_model_dir, toy_task, toy_threads
 
 HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the demo's accuracy report
 
@@ -121,11 +121,13 @@ class HeldoutCurve(TrainerCallback):
         every: int,
         num_samples: int,
         seed: int,
+        task: str = "arithmetic",
     ) -> None:
         if every < 1:
             raise ValueError(f"eval every {every} steps: expected a positive number of steps")
         self.model, self.tokenizer, self.heldout, self.counter = model, tokenizer, heldout, counter
         self.every, self.num_samples, self.seed = every, num_samples, seed
+        self.task = toy_task(task)
         self.checkpoints: list[Checkpoint] = []
         self._start = 0.0
         self._evaluating = 0.0
@@ -133,7 +135,15 @@ class HeldoutCurve(TrainerCallback):
     def _evaluate(self, step: int) -> None:
         began = time.perf_counter()
         # Same sampling seed at every checkpoint and for every method: differences are the model's, not the dice's.
-        accuracy = sampled_accuracy(self.model, self.tokenizer, self.heldout, self.num_samples, seed=self.seed)
+        accuracy = sampled_accuracy(
+            self.model,
+            self.tokenizer,
+            self.heldout,
+            self.num_samples,
+            max_new_tokens=self.task.max_completion_length,
+            seed=self.seed,
+            reward=self.task.reward,
+        )
         seconds = began - self._start - self._evaluating
         self.checkpoints.append(Checkpoint(step, self.counter.completion_tokens, seconds, accuracy))
         self._evaluating += time.perf_counter() - began
@@ -250,6 +260,7 @@ def train_toy(
     trainer_class: type | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     before_train: Callable[[Any], None] | None = None,
+    task: str = "arithmetic",
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -257,18 +268,23 @@ def train_toy(
     Reinforce-Ada authors' recipe, so only the sampling differs), loss, prompts per step and, through TRL's seeded
     sampler, the same prompts in the same order. ``train`` must hold at least ``steps * prompts_per_step`` prompts.
     ``trainer_class`` overrides the trainer (a subclass of the method's own); ``before_train(trainer)`` runs just
-    before ``trainer.train()``.
+    before ``trainer.train()``. ``task`` names the toy task (`trl_ada.toy.toy_task`): its reward and completion
+    budget are used for training and for the held-out evaluations.
     """
     spec = METHODS[method] if isinstance(method, str) else method
+    toy = toy_task(task)
     _check_train_size(train, steps, prompts_per_step)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     settings = _toy_settings(spec, steps, prompts_per_step, seed, learning_rate, scale_rewards, output_dir, log_every)
+    settings["max_completion_length"] = toy.max_completion_length  # the task's completion budget
     config, default_class = _toy_config(spec, settings, samples_per_round, max_rounds)
     trainer_class = _checked_trainer_class(spec, trainer_class or default_class, default_class)
-    trainer = trainer_class(model, arithmetic_reward, args=config, train_dataset=train, processing_class=tokenizer)
+    trainer = trainer_class(model, toy.reward, args=config, train_dataset=train, processing_class=tokenizer)
     counter = count_generated_tokens(trainer)
-    curve = HeldoutCurve(trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed)
+    curve = HeldoutCurve(
+        trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed, task=task
+    )
     log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
     _replace_callbacks(trainer, (curve, log, *callbacks))
     if before_train is not None:
@@ -307,7 +323,6 @@ def _toy_settings(
         max_steps=steps,
         per_device_train_batch_size=prompts_per_step * spec.num_generations,
         num_generations=spec.num_generations,
-        max_completion_length=8,
         temperature=1.0,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",

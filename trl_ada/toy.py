@@ -11,6 +11,9 @@ warm-up depends on the last bits of every float operation, so the same code stop
 CPU (500 steps on one machine, 600 on another) and every number measured after it differs. Shipping the weights gives
 every machine the same start; ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
 
+A second task, "reasoning" (:mod:`trl_ada.toy_reasoning`: ``7+5-3+8`` worked one operation per line), shares the
+tokenizer, model and warm-up loop; :func:`toy_task` describes each task and ``toy_model_dir(task=...)`` picks one.
+
 Typical use::
 
     path = toy_model_dir()  # the shipped warm model; instant
@@ -29,12 +32,14 @@ import pathlib
 import random
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import warnings
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import datasets
@@ -50,10 +55,14 @@ __all__ = [
     "build_toy_tokenizer",
     "make_arithmetic_dataset",
     "per_prompt_pass_rates",
+    "sample_completions",
+    "sample_properties",
     "sampled_accuracy",
+    "supervised_warmup",
     "toy_dataset_split",
     "toy_model_dir",
     "toy_num_threads",
+    "toy_task",
     "toy_threads",
     "use_toy_threads",
 ]
@@ -299,7 +308,7 @@ def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.random.fork_rng(devices=[])
 
 
-def per_prompt_pass_rates(
+def sample_completions(
     model: transformers.PreTrainedModel,
     tokenizer: transformers.PreTrainedTokenizerBase,
     dataset: datasets.Dataset,
@@ -307,16 +316,18 @@ def per_prompt_pass_rates(
     max_new_tokens: int = 8,
     seed: int = 0,
     batch_size: int = 512,
-) -> list[float]:
-    """Sample ``num_samples`` completions per prompt (temperature 1.0, no top-k/top-p) and return each pass rate.
+) -> tuple[list[str], list[list[int]]]:
+    """Sample ``num_samples`` completions per prompt (temperature 1.0, no top-k/top-p); return (texts, token ids).
 
+    Each prompt's samples are contiguous. The token ids of a completion run up to and including its first EOS, as
+    GRPOTrainer hands them to reward functions: a completion that does not end in EOS was cut at ``max_new_tokens``.
     Sampling uses its own seeded RNG (the caller's global torch RNG is restored afterwards), so the result is
     deterministic for a given model, dataset, seed and thread count. Sampling settings match GRPO's defaults.
     """
     prompts = tokenizer.apply_chat_template(list(dataset["prompt"]), add_generation_prompt=True, tokenize=False)
-    rows = [text for text in prompts for _ in range(num_samples)]  # each prompt's samples are contiguous
-    answers = [answer for answer in dataset["answer"] for _ in range(num_samples)]
-    rewards: list[float] = []
+    rows = [text for text in prompts for _ in range(num_samples)]
+    texts: list[str] = []
+    completion_ids: list[list[int]] = []
     was_training = model.training
     model.eval()
     try:
@@ -340,10 +351,37 @@ def per_prompt_pass_rates(
                     eos_token_id=tokenizer.eos_token_id,
                     pad_token_id=tokenizer.pad_token_id,
                 )
-                texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-                rewards += arithmetic_reward(texts, answers[start : start + batch_size])
+                generated = output[:, batch["input_ids"].shape[1] :]
+                texts += tokenizer.batch_decode(generated, skip_special_tokens=True)
+                for ids in generated.tolist():
+                    end = ids.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in ids else len(ids)
+                    completion_ids.append(ids[:end])
     finally:
         model.train(was_training)
+    return texts, completion_ids
+
+
+def per_prompt_pass_rates(
+    model: transformers.PreTrainedModel,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    num_samples: int = 16,
+    max_new_tokens: int = 8,
+    seed: int = 0,
+    batch_size: int = 512,
+    reward: Callable[..., list[float]] | None = None,
+) -> list[float]:
+    """Sample ``num_samples`` completions per prompt (see :func:`sample_completions`) and return each pass rate.
+
+    ``reward`` (default :func:`arithmetic_reward`) is called as GRPOTrainer calls it: completion texts, the dataset's
+    ``answer`` column and ``completion_ids``.
+    """
+    reward = reward or arithmetic_reward
+    texts, completion_ids = sample_completions(
+        model, tokenizer, dataset, num_samples, max_new_tokens, seed, batch_size
+    )
+    answers = [answer for answer in dataset["answer"] for _ in range(num_samples)]
+    rewards = reward(texts, answers, completion_ids=completion_ids)
     return [sum(rewards[i : i + num_samples]) / num_samples for i in range(0, len(rewards), num_samples)]
 
 
@@ -354,12 +392,93 @@ def sampled_accuracy(
     num_samples: int = 1,
     max_new_tokens: int = 8,
     seed: int = 0,
+    reward: Callable[..., list[float]] | None = None,
 ) -> float:
     """Mean reward of ``num_samples`` sampled completions (temperature 1.0) per prompt of ``dataset``."""
     if len(dataset) == 0:
         raise ValueError("sampled_accuracy needs a non-empty dataset")
-    rates = per_prompt_pass_rates(model, tokenizer, dataset, num_samples, max_new_tokens, seed)
+    rates = per_prompt_pass_rates(model, tokenizer, dataset, num_samples, max_new_tokens, seed, reward=reward)
     return sum(rates) / len(rates)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Measured properties of a start model (the benchmarks' testbed)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation between order statistics (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def sample_properties(
+    model: transformers.PreTrainedModel,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    reward: Callable[..., list[float]],
+    max_new_tokens: int,
+    num_samples: int = 16,
+    group: int = 4,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Measure the pass-rate mix and completion lengths of ``model`` from its own samples on ``dataset``.
+
+    ``num_samples`` completions per prompt (temperature 1, :func:`trl_ada.sample_completions`), scored by
+    ``reward`` with their token ids (truncated = wrong). For a prompt with c right of n samples,
+    C(c, group) / C(n, group) is the chance that ``group`` of its samples drawn without replacement are all right (an
+    unbiased estimate of p^group): ``frac_all_correct_n4`` averages it over prompts, ``frac_all_wrong_n4`` the same for
+    all wrong. Lengths are completion tokens with EOS (``max_new_tokens`` when truncated); ``len_p90_over_p10`` is the
+    spread of the per-prompt mean length across prompts.
+    """
+    texts, ids = sample_completions(model, tokenizer, dataset, num_samples, max_new_tokens, seed)
+    answers = [answer for answer in dataset["answer"] for _ in range(num_samples)]
+    rewards = reward(texts, answers, completion_ids=ids)
+    lengths = [len(row) for row in ids]
+    prompts = len(dataset)
+    per_prompt = [range(i * num_samples, (i + 1) * num_samples) for i in range(prompts)]
+    right = [sum(rewards[j] for j in rows) for rows in per_prompt]
+    mean_length = [sum(lengths[j] for j in rows) / num_samples for rows in per_prompt]
+    total = math.comb(num_samples, group)
+    right_lengths = [n for n, r in zip(lengths, rewards, strict=True) if r > 0]
+    wrong_lengths = [n for n, r in zip(lengths, rewards, strict=True) if r == 0]
+    levels = dataset["level"] if "level" in dataset.column_names else [None] * prompts
+    by_level: dict[str, dict[str, float]] = {}
+    for level in sorted(set(levels), key=str):
+        members = [i for i in range(prompts) if levels[i] == level]
+        by_level[str(level)] = {
+            "prompts": len(members),
+            "accuracy": sum(right[i] for i in members) / (len(members) * num_samples),
+            "mean_len": sum(mean_length[i] for i in members) / len(members),
+        }
+    p10, p90 = _percentile(mean_length, 10), _percentile(mean_length, 90)
+    return {
+        "prompts": prompts,
+        "samples_per_prompt": num_samples,
+        "accuracy": sum(rewards) / len(rewards),
+        f"frac_all_correct_n{group}": sum(math.comb(int(c), group) for c in right) / (total * prompts),
+        f"frac_all_wrong_n{group}": sum(math.comb(num_samples - int(c), group) for c in right) / (total * prompts),
+        f"frac_all_correct_first{group}": sum(all(rewards[j] for j in rows[:group]) for rows in per_prompt) / prompts,
+        f"frac_all_wrong_first{group}": sum(not any(rewards[j] for j in rows[:group]) for rows in per_prompt)
+        / prompts,
+        "frac_prompts_never_right": sum(c == 0 for c in right) / prompts,
+        "frac_prompts_always_right": sum(c == num_samples for c in right) / prompts,
+        "mean_len_right": statistics.fmean(right_lengths) if right_lengths else None,
+        "mean_len_wrong": statistics.fmean(wrong_lengths) if wrong_lengths else None,
+        "mean_len": statistics.fmean(lengths),
+        "len_p10": p10,
+        "len_p90": p90,
+        "len_p90_over_p10": p90 / p10,
+        "frac_truncated": sum(
+            n == max_new_tokens and (not row or row[-1] != tokenizer.eos_token_id)
+            for n, row in zip(lengths, ids, strict=True)
+        )
+        / len(ids),
+        "by_level": by_level,
+    }
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -393,30 +512,84 @@ def _check_set() -> datasets.Dataset:
     return make_arithmetic_dataset(_WARMUP_CHECK_PROMPTS, seed=_WARMUP_CHECK_SEED, split="eval")
 
 
-def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTrainedTokenizerBase, seed: int) -> dict:
-    """Train ``model`` in place on "prompt -> answer<|im_end|>" until the sampled held-out accuracy reaches the target.
+@dataclass(frozen=True)
+class WarmupRecipe:
+    """A supervised warm-up that stops on accuracy: what :func:`supervised_warmup` trains on and when it stops.
 
-    Returns a summary (steps, accuracy, seconds, whether the step cap was hit).
+    ``examples(seed)`` yields (user message, completion text) pairs forever; the model learns
+    "prompt -> completion<|im_end|>". Every ``check_every`` steps it samples ``check_samples`` completions per prompt
+    of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the first check whose mean
+    reward is >= ``target_accuracy``, or at ``max_steps``.
+    """
+
+    examples: Callable[[int], Iterator[tuple[str, str]]]
+    check_set: Callable[[], datasets.Dataset]
+    target_accuracy: float
+    reward: Callable[..., list[float]]
+    max_new_tokens: int
+    check_every: int
+    max_steps: int
+    check_samples: int = _WARMUP_CHECK_SAMPLES
+    batch_size: int = _WARMUP_BATCH_SIZE
+    lr: float = _WARMUP_LR
+    max_grad_norm: float = _WARMUP_MAX_GRAD_NORM
+
+
+def _arithmetic_examples(seed: int) -> Iterator[tuple[str, str]]:
+    return (
+        (expression, answer)
+        for expression, answer, _ in _problem_stream(random.Random(seed + 2_000_003), (1, 2, 3), split="train")
+    )
+
+
+def _arithmetic_recipe() -> WarmupRecipe:
+    # Read at call time, so tests can shorten the warm-up by patching the module constants.
+    return WarmupRecipe(
+        examples=_arithmetic_examples,
+        check_set=_check_set,
+        target_accuracy=_WARMUP_TARGET_ACCURACY,
+        reward=arithmetic_reward,
+        max_new_tokens=8,
+        check_every=_WARMUP_CHECK_EVERY,
+        max_steps=_WARMUP_MAX_STEPS,
+    )
+
+
+def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTrainedTokenizerBase, seed: int) -> dict:
+    """The arithmetic task's warm-up: "prompt -> answer<|im_end|>" until the sampled held-out accuracy reaches 0.40."""
+    return supervised_warmup(model, tokenizer, seed, _arithmetic_recipe())
+
+
+def supervised_warmup(
+    model: transformers.Qwen2ForCausalLM,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    seed: int,
+    recipe: WarmupRecipe,
+) -> dict:
+    """Train ``model`` in place on ``recipe``'s examples until the sampled held-out accuracy reaches its target.
+
+    Returns a summary (steps, accuracy, seconds, whether the step cap was hit, the accuracy at every check).
     """
     torch.manual_seed(seed)
-    stream = _problem_stream(random.Random(seed + 2_000_003), (1, 2, 3), split="train")
-    check_set = _check_set()
+    stream = recipe.examples(seed)
+    check_set = recipe.check_set()
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    prompt_cache: dict[str, list[int]] = {}  # ~7.5k distinct train problems: skip re-rendering the chat template
+    prompt_cache: dict[str, list[int]] = {}  # thousands of distinct train problems: skip re-rendering the template
 
-    def encode(expression: str, answer: str) -> tuple[list[int], list[int]]:
+    def encode(expression: str, completion: str) -> tuple[list[int], list[int]]:
         if expression not in prompt_cache:
             message = [{"role": "user", "content": expression}]
             text = tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
             prompt_cache[expression] = tokenizer.encode(text, add_special_tokens=False)
-        return prompt_cache[expression], [*tokenizer.encode(answer, add_special_tokens=False), eos_id]
+        return prompt_cache[expression], [*tokenizer.encode(completion, add_special_tokens=False), eos_id]
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=_WARMUP_LR)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
     model.train()
     start, step, accuracy, loss_value = time.perf_counter(), 0, 0.0, math.nan
-    while step < _WARMUP_MAX_STEPS:
-        batch = [next(stream) for _ in range(_WARMUP_BATCH_SIZE)]
-        examples = [encode(expression, answer) for expression, answer, _ in batch]
+    checks: list[tuple[int, float]] = []
+    while step < recipe.max_steps:
+        batch = [next(stream) for _ in range(recipe.batch_size)]
+        examples = [encode(expression, completion) for expression, completion in batch]
         length = max(len(p) + len(c) for p, c in examples)
         input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
@@ -428,24 +601,33 @@ def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTra
             labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), _WARMUP_MAX_GRAD_NORM)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step, loss_value = step + 1, loss.item()
 
-        if step % _WARMUP_CHECK_EVERY == 0:
-            accuracy = sampled_accuracy(model, tokenizer, check_set, num_samples=_WARMUP_CHECK_SAMPLES, seed=0)
+        if step % recipe.check_every == 0:
+            accuracy = sampled_accuracy(
+                model,
+                tokenizer,
+                check_set,
+                num_samples=recipe.check_samples,
+                max_new_tokens=recipe.max_new_tokens,
+                seed=0,
+                reward=recipe.reward,
+            )
+            checks.append((step, accuracy))
             elapsed = time.perf_counter() - start
             _log(f"warm-up step {step:4d} loss {loss_value:.4f} held-out sampled acc {accuracy:.3f} ({elapsed:.0f}s)")
-            if accuracy >= _WARMUP_TARGET_ACCURACY:
+            if accuracy >= recipe.target_accuracy:
                 break
-    capped = accuracy < _WARMUP_TARGET_ACCURACY
+    capped = accuracy < recipe.target_accuracy
     if capped:
         warnings.warn(
-            f"toy warm-up hit the {_WARMUP_MAX_STEPS}-step cap at held-out accuracy {accuracy:.3f} "
-            f"(< {_WARMUP_TARGET_ACCURACY}); saving it anyway",
+            f"toy warm-up hit the {recipe.max_steps}-step cap at held-out accuracy {accuracy:.3f} "
+            f"(< {recipe.target_accuracy}); saving it anyway",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     model.eval()
     return {
@@ -454,6 +636,7 @@ def _warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTra
         "check_accuracy": accuracy,
         "seconds": round(time.perf_counter() - start, 2),
         "hit_step_cap": capped,
+        "checks": [{"step": check_step, "accuracy": check_accuracy} for check_step, check_accuracy in checks],
     }
 
 
@@ -524,31 +707,84 @@ def _file_lock(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True)
+class ToyTask:
+    """A built-in toy task: its reward, completion budget, warm-up, shipped warm model and benchmark datasets.
+
+    ``train_rows(rows, seed)`` gives a benchmark's ``rows`` training rows for a seed (the order the trainer sees them
+    in is TRL's seeded shuffle of these); ``heldout(n)`` the held-out prompts, the same for every seed and never
+    trained on. ``folder`` names the cached model folders (with the seed and warm/cold after it).
+    """
+
+    name: str
+    version: str
+    folder: str
+    reward: Callable[..., list[float]]
+    max_completion_length: int
+    warmup: Callable[[transformers.Qwen2ForCausalLM, transformers.PreTrainedTokenizerBase, int], dict]
+    target_accuracy: float
+    shipped_dir: pathlib.Path
+    train_rows: Callable[[int, int], datasets.Dataset]
+    heldout: Callable[[int], datasets.Dataset]
+
+
+TASKS = ("arithmetic", "reasoning")
+
+
+def toy_task(name: str = "arithmetic") -> ToyTask:
+    """The built-in toy task ``name``: "arithmetic" (``47-8``, the default) or "reasoning" (``7+5-3+8``, worked step by
+    step; :mod:`trl_ada.toy_reasoning`)."""
+    if name == "arithmetic":
+        return ToyTask(
+            name="arithmetic",
+            version=TOY_VERSION,
+            folder=f"toy-{TOY_VERSION}",
+            reward=arithmetic_reward,
+            max_completion_length=8,
+            warmup=lambda model, tokenizer, seed: _warmup(model, tokenizer, seed),  # looked up late: tests patch it
+            target_accuracy=_WARMUP_TARGET_ACCURACY,
+            shipped_dir=SHIPPED_WARM_DIR,
+            train_rows=lambda rows, seed: make_arithmetic_dataset(rows, seed=seed, split="train"),
+            heldout=lambda n: make_arithmetic_dataset(n, seed=1_000_003, split="eval"),
+        )
+    if name == "reasoning":
+        from .toy_reasoning import reasoning_task
+
+        return reasoning_task()
+    raise ValueError(f"unknown toy task {name!r}; expected one of {TASKS}")
+
+
 def toy_model_dir(
-    cache_dir: str | os.PathLike | None = None, warmup: bool = True, seed: int = 0, prebuilt: bool = True
+    cache_dir: str | os.PathLike | None = None,
+    warmup: bool = True,
+    seed: int = 0,
+    prebuilt: bool = True,
+    task: str = "arithmetic",
 ) -> pathlib.Path:
-    """Return a folder holding the saved toy model and tokenizer, building it on first use.
+    """Return a folder holding the saved toy model and tokenizer for ``task``, building it on first use.
 
     The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``.
-    ``warmup=False`` gives the untrained random model; ``warmup=True`` the supervised warm-up that stops at held-out
-    sampled accuracy >= 0.40. For ``warmup=True, seed=0`` that is the folder shipped with the package
-    (:data:`SHIPPED_WARM_DIR`, read-only, the same on every machine) unless ``prebuilt=False``.
+    ``warmup=False`` gives the untrained random model; ``warmup=True`` the task's supervised warm-up, which stops at
+    the first check whose sampled held-out accuracy reaches the task's target (0.40 for "arithmetic"). For
+    ``warmup=True, seed=0`` that is the folder shipped with the package (:data:`SHIPPED_WARM_DIR` for "arithmetic",
+    ``trl_ada/toy_warm_reasoning`` for "reasoning"; read-only, the same on every machine) unless ``prebuilt=False``.
 
     Built folders live under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and are named after
-    :data:`TOY_VERSION`, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``). A folder is written to a
-    temporary sibling and renamed into place with the completion marker already inside, so concurrent processes and
-    interrupted runs never see a half-written folder.
+    the task's version, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``, ``toy-reasoning-r1-seed3-warm``).
+    A folder is written to a temporary sibling and renamed into place with the completion marker already inside, so
+    concurrent processes and interrupted runs never see a half-written folder.
     """
+    spec = toy_task(task)
     if warmup and seed == SHIPPED_WARM_SEED and prebuilt:
-        if not (SHIPPED_WARM_DIR / _MARKER).is_file():
+        if not (spec.shipped_dir / _MARKER).is_file():
             raise FileNotFoundError(
-                f"the shipped warm toy model is missing from {SHIPPED_WARM_DIR}: reinstall trl-ada, or build it with "
-                "toy_model_dir(prebuilt=False)"
+                f"the shipped warm toy model is missing from {spec.shipped_dir}: reinstall trl-ada, or build it with "
+                f"toy_model_dir(prebuilt=False, task={task!r})"
             )
-        return SHIPPED_WARM_DIR
+        return spec.shipped_dir
     root = _cache_root(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
-    target = root / f"toy-{TOY_VERSION}-seed{seed}-{'warm' if warmup else 'cold'}"
+    target = root / f"{spec.folder}-seed{seed}-{'warm' if warmup else 'cold'}"
     if (target / _MARKER).is_file():
         return target
 
@@ -561,11 +797,13 @@ def toy_model_dir(
         start = time.perf_counter()
         tokenizer = build_toy_tokenizer()
         model = build_toy_model(tokenizer, seed=seed)
-        info: dict[str, Any] = {"version": TOY_VERSION, "seed": seed, "warmup": warmup}
+        info: dict[str, Any] = {"version": spec.version, "seed": seed, "warmup": warmup}
+        if task != "arithmetic":
+            info["task"] = task
         if warmup:
-            _log(f"building {target} (supervised warm-up, stops at accuracy >= {_WARMUP_TARGET_ACCURACY})")
+            _log(f"building {target} (supervised warm-up, stops at accuracy >= {spec.target_accuracy})")
             with _num_threads(_WARMUP_NUM_THREADS), torch.random.fork_rng(devices=[]):
-                info |= _warmup(model, tokenizer, seed)
+                info |= spec.warmup(model, tokenizer, seed)
             _log(f"warm-up done: {info['steps']} steps, accuracy {info['check_accuracy']:.3f}, {info['seconds']:.0f}s")
 
         tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
