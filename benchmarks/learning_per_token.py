@@ -61,6 +61,11 @@ CATALOG: dict[str, tuple[Any, float]] = {
     "grpo-16": (_method("GRPO n=16", 16), 4),
     "dapo-4": (_method("DAPO n=4 (refill)", 4, "uniform", **REFILL), 1.5),
     "grpo-4-select": (_method("GRPO n=4 + selection", 4, "uniform", **SELECT), 1),
+    # A sharper test: prompts never seen are always sampled, so the threshold may sit below their 2 / (n + 1) = 0.4.
+    "grpo-4-select-sharp": (
+        _method("GRPO n=4 + selection (threshold 0.3)", 4, "uniform", **SELECT, selection_threshold=0.3),
+        1,
+    ),
     "dapo-4-select": (_method("DAPO n=4 + selection", 4, "uniform", **REFILL, **SELECT), 1.5),
     "ada-positive": (_method("Ada-positive 8x4", 4, "positive"), 2),
     "ada-balanced": (_method("Ada-balanced 8x4", 4, "balanced"), 3),
