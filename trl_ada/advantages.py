@@ -170,9 +170,8 @@ def pool_advantages(
     """
     kept = total_reward(kept_rewards_per_func, reward_weights).view(-1, group_size)
     if baseline == "pool":
-        reference = torch.tensor(
-            [list(rewards) + [float("nan")] * (budget - len(rewards)) for rewards in pool_rewards], dtype=kept.dtype
-        ).view(-1, budget)
+        pools = [torch.tensor(list(rewards), dtype=kept.dtype) for rewards in pool_rewards]
+        reference = padded_pools(pools, budget, kept.dtype)
     else:
         reference = kept
     mean, std = nan_mean_std(reference)

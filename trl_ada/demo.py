@@ -276,8 +276,17 @@ def train_toy(
     _check_train_size(train, steps, prompts_per_step)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    settings = _toy_settings(spec, steps, prompts_per_step, seed, learning_rate, scale_rewards, output_dir, log_every)
-    settings["max_completion_length"] = toy.max_completion_length  # the task's completion budget
+    settings = _toy_settings(
+        spec,
+        toy.max_completion_length,
+        steps,
+        prompts_per_step,
+        seed,
+        learning_rate,
+        scale_rewards,
+        output_dir,
+        log_every,
+    )
     config, default_class = _toy_config(spec, settings, samples_per_round, max_rounds)
     trainer_class = _checked_trainer_class(spec, trainer_class or default_class, default_class)
     trainer = trainer_class(model, toy.reward, args=config, train_dataset=train, processing_class=tokenizer)
@@ -303,6 +312,7 @@ def _check_train_size(train: datasets.Dataset, steps: int, prompts_per_step: int
 
 def _toy_settings(
     spec: ToyMethod,
+    max_completion_length: int,
     steps: int,
     prompts_per_step: int,
     seed: int,
@@ -311,7 +321,8 @@ def _toy_settings(
     output_dir: str | os.PathLike,
     log_every: int,
 ) -> dict[str, Any]:
-    """The GRPOConfig fields every method shares; only the group size comes from the method."""
+    """The GRPOConfig fields every method shares; only the group size comes from the method, the completion budget
+    from the task."""
     return dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -323,6 +334,7 @@ def _toy_settings(
         max_steps=steps,
         per_device_train_batch_size=prompts_per_step * spec.num_generations,
         num_generations=spec.num_generations,
+        max_completion_length=max_completion_length,
         temperature=1.0,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
