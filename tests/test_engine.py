@@ -469,8 +469,14 @@ def test_downsample_single_positive_among_many_is_always_kept():
 )
 def test_downsample_property(num_pos, num_neg, num_nan, group_size, seed):
     if num_pos + num_neg + num_nan < group_size:
-        with pytest.raises(ValueError):
-            downsample(pool_with_counts(num_pos, num_neg, num_nan), group_size, random.Random(seed))
+        small = pool_with_counts(num_pos, num_neg, num_nan)
+        if not small.samples or len(set(small.scored_rewards)) > 1:  # only a pilot's agreeing pool may be short
+            with pytest.raises(ValueError):
+                downsample(small, group_size, random.Random(seed))
+            return
+        uses = Counter(downsample(small, group_size, random.Random(seed)))  # every completion, in turn
+        assert set(uses) == set(range(len(small))) and sum(uses.values()) == group_size
+        assert set(uses.values()) <= {group_size // len(small), -(-group_size // len(small))}
         return
     rng = random.Random(seed)
     pool = pool_with_counts(num_pos, num_neg, num_nan, rng=rng)

@@ -140,6 +140,18 @@ class ReinforceAdaConfig(GRPOConfig):
             row (`benchmarks/refill_selection.py` measures both).
         selection_floor (`float`, *optional*, defaults to `0.1`):
             The probability with which a prompt that would be skipped is sampled anyway, so its memory can change.
+        pilot_size (`int`, *optional*, defaults to `0`):
+            Pilot-then-commit: every prompt first draws this many completions. A prompt whose pilot completions all
+            agree (all right or all wrong) stops there when the probability that the rest of its group would agree
+            with them too is at least `pilot_stop_threshold`; the others go on under `sampling_strategy`, the pilot
+            counting towards their group and budget. The probability is the posterior predictive given the prompt's
+            pass-rate memory and its pilot, under a Beta prior fitted to the whole memory
+            (`trl_ada.selection.pilot_stop_rule`). A stopped prompt costs `pilot_size` completions instead of a
+            group, and trains on its pilot's completions with zero advantage, as an all-equal group would. Every
+            prompt is sampled at every visit, so one that starts to change shows it. `0`: no pilot. Must be below
+            `num_generations`; not with `sampling_strategy="estimate"`.
+        pilot_stop_threshold (`float`, *optional*, defaults to `0.8`):
+            How sure the pilot's stop rule must be that the rest of the group would carry no signal.
 
     > Parameters whose default differs from [`~trl.GRPOConfig`]:
     >
@@ -288,6 +300,17 @@ class ReinforceAdaConfig(GRPOConfig):
     selection_floor: float = field(
         default=0.1, metadata={"help": "Probability of sampling a prompt that would be skipped."}
     )
+    pilot_size: int = field(
+        default=0,
+        metadata={
+            "help": "Pilot-then-commit: completions every prompt draws first; a prompt whose pilot all agrees stops "
+            "there when its memory predicts the rest of its group would agree too. 0: no pilot."
+        },
+    )
+    pilot_stop_threshold: float = field(
+        default=0.8,
+        metadata={"help": "Stop after the pilot when the rest of the group agrees with it with at least this chance."},
+    )
     scale_rewards: str = field(
         default="none",
         metadata={
@@ -375,6 +398,7 @@ def _validate(config: ReinforceAdaConfig) -> None:
         _check_estimate_budget(config)
     _check_streaming(config)
     _check_prompt_source(config)
+    _check_pilot(config)
 
 
 def _check_choices(config: ReinforceAdaConfig) -> None:
@@ -518,4 +542,21 @@ def _check_prompt_source(config: ReinforceAdaConfig) -> None:
             "refill=True needs an exit rule and a per-prompt budget to sample a replacement with; "
             "sampling_strategy='estimate' splits one step's budget across the batch in advance. Use 'uniform' "
             "(DAPO's dynamic sampling), 'positive' or 'balanced'."
+        )
+
+
+def _check_pilot(config: ReinforceAdaConfig) -> None:
+    """A pilot draws fewer completions than a group, under a strategy that samples each prompt on its own."""
+    size = config.pilot_size
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < config.num_generations:
+        raise ValueError(
+            f"pilot_size must be an integer from 0 (no pilot) to num_generations - 1 = {config.num_generations - 1}, "
+            f"got {size!r}: a pilot of a whole group decides nothing the group would not."
+        )
+    if not 0.0 < config.pilot_stop_threshold <= 1.0:
+        raise ValueError(f"pilot_stop_threshold must be in (0, 1], got {config.pilot_stop_threshold}.")
+    if size and config.sampling_strategy == "estimate":
+        raise ValueError(
+            "pilot_size needs a strategy that samples each prompt on its own ('uniform', 'positive' or "
+            "'balanced'); sampling_strategy='estimate' splits one step's budget across the batch in advance."
         )

@@ -13,6 +13,10 @@ One training step, for a batch of prompts:
 Reinforce-Ada-Est is the same loop with a single round whose per-prompt sizes the caller passes in
 (`first_round_sizes`, from `allocation.allocate` over a pass-rate memory) and no exit rule.
 
+Pilot (pilot-then-commit): every prompt first draws a small pilot; a prompt whose pilot completions all agree stops
+there when the caller's `Pilot.stop` (a prediction from earlier steps) says the rest of its group would very likely
+agree too. It costs the pilot instead of a group, and gives no gradient, as an all-equal group would not.
+
 Refill (DAPO's dynamic sampling, generalised): a prompt whose pool ends with no signal (every scored reward equal,
 so every advantage is zero) hands its slot in the batch to a fresh prompt from the caller (`refill`), which is
 sampled with a budget of its own while the others go on; the batch keeps its size and the slot trains on whichever
@@ -351,6 +355,25 @@ def has_signal(pool: Pool) -> bool:
     return len(set(pool.scored_rewards)) > 1
 
 
+@dataclass(frozen=True)
+class Pilot:
+    """Pilot-then-commit. Every prompt first draws `size` completions (in rounds, a round of its own; streaming, at
+    most `size` in flight until they have finished). A prompt whose pilot has no signal then stops when
+    `stop(prompt_index, pool)` holds, else it goes on under the schedule, the pilot counting towards its group and
+    budget. `stop` sees only the pilot's completions, so the decision never depends on a completion beyond them."""
+
+    size: int
+    stop: Callable[[int, Pool], bool]
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"A pilot draws at least one completion, got size={self.size}.")
+
+    def stops(self, index: int, pool: Pool) -> bool:
+        """Whether prompt `index`, whose pool is its finished pilot, stops here."""
+        return not has_signal(pool) and self.stop(index, pool)
+
+
 ROLLOUT_SCHEDULES = ("rounds", "streaming")
 POOL_ORDERS = ("request", "finish_order_biased")
 
@@ -433,6 +456,7 @@ class SamplingResult:
     dropped: int = 0  # draws that finished after their prompt had stopped (beyond its pool): generated, not used
     slots: list[int] = field(default_factory=list)  # per prompt of the batch: the pool it ends with (refill)
     refills: int = 0  # pools replaced by a fresh prompt because they ended with no signal
+    pilot_stopped: int = 0  # prompts (refills included) that stopped after their pilot
 
     @property
     def kept_pools(self) -> list[Pool]:
@@ -492,6 +516,7 @@ def sample(
     first_round_sizes: Sequence[int] | None = None,
     pool_order: str = "request",
     refill: RefillFn | None = None,
+    pilot: Pilot | None = None,
 ) -> SamplingResult:
     """Sample every prompt's pool for one step: the scheduler the trainer, the simulator and the benchmarks share.
 
@@ -515,6 +540,10 @@ def sample(
     takes over that prompt's slot and is sampled under the same schedule with a budget and `max_rounds` of its own,
     starting in the next round (rounds) or at once (streaming). `SamplingResult.slots` says which pool each of the
     `num_prompts` slots ends with; the replaced pools stay in `pools` (they were generated and scored).
+
+    `pilot`, when given, makes every prompt (refills included) draw `pilot.size` completions first and stop there when
+    `pilot.stops` holds (see `Pilot`); a stopped prompt's pool is its pilot, smaller than a group (`downsample`
+    repeats it). Under rounds the pilot is an extra first round, before the schedule's `max_rounds`.
     """
     if rollout not in ROLLOUT_SCHEDULES:
         raise ValueError(f"Unknown rollout schedule {rollout!r}; expected one of {ROLLOUT_SCHEDULES}.")
@@ -527,13 +556,15 @@ def sample(
                 f"first_round_sizes must hold {num_prompts} sizes in [1, {schedule.budget}] (the per-prompt budget), "
                 f"got {first_round_sizes}."
             )
+    if pilot is not None and first_round_sizes is not None:
+        raise ValueError("A pilot is a first round of its own; it cannot be combined with first_round_sizes.")
     if rollout == "rounds":
-        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes, refill)
+        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes, refill, pilot)
     if first_round_sizes is not None:
         raise ValueError("Sizes fixed in advance (first_round_sizes) make one round with nothing to stream.")
     if max_in_flight is not None and max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1 (or None), got {max_in_flight}.")
-    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill).run()
+    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot).run()
 
 
 def _refilled(refill: RefillFn, index: int, num_pools: int) -> int | None:
@@ -552,22 +583,26 @@ def _sample_in_rounds(
     any_active: Callable[[bool], bool],
     first_round_sizes: list[int] | None,
     refill: RefillFn | None,
+    pilot: Pilot | None = None,
 ) -> SamplingResult:
     pools = [Pool(schedule.positive_threshold) for _ in range(num_prompts)]
+    extra = 0 if pilot is None else 1  # the pilot is a round of each prompt's own, before the schedule's rounds
     started = [0] * num_prompts  # the round each prompt started in: a refill starts late, with rounds of its own
     slots = list(range(num_prompts))
     slot_of = {i: i for i in range(num_prompts)}
     active = list(range(num_prompts))
-    rounds = tickets = in_flight_max = tokens = refills = 0
-    # Without refill every prompt starts in round 0, so the step ends after max_rounds without asking other processes.
-    while (refill is not None or rounds < schedule.max_rounds) and any_active(bool(active)):
+    rounds = tickets = in_flight_max = tokens = refills = pilot_stopped = 0
+    # Without refill every prompt starts in round 0, so the step ends after its last round without asking others.
+    while (refill is not None or rounds < schedule.max_rounds + extra) and any_active(bool(active)):
         requests = []
         for i in active:
             own_round = rounds - started[i]
-            if own_round == 0 and first_round_sizes is not None and i < num_prompts:
+            if own_round == 0 and pilot is not None:
+                requests.append(Request(i, min(pilot.size, schedule.budget)))
+            elif own_round == 0 and first_round_sizes is not None and i < num_prompts:
                 requests.append(Request(i, first_round_sizes[i]))
             else:  # a larger first round can leave less than a fixed round of budget: never exceed the budget
-                size = min(schedule.round_size(pools[i], own_round), schedule.budget - len(pools[i]))
+                size = min(schedule.round_size(pools[i], own_round - extra), schedule.budget - len(pools[i]))
                 requests.append(Request(i, size))
         indices = [r.prompt_index for r in requests for _ in range(r.num_samples)]
         draws = [Draw(i, tickets + j) for j, i in enumerate(indices)]
@@ -599,7 +634,10 @@ def _sample_in_rounds(
             start = end
         still_active = []
         for i in active:
-            if not _is_finished(pools[i], schedule) and rounds + 1 - started[i] < schedule.max_rounds:
+            own_round = rounds - started[i]
+            stopped = pilot is not None and own_round == 0 and pilot.stops(i, pools[i])
+            pilot_stopped += stopped
+            if not stopped and not _is_finished(pools[i], schedule) and own_round + 1 < schedule.max_rounds + extra:
                 still_active.append(i)
                 continue
             new = None if refill is None or has_signal(pools[i]) else _refilled(refill, i, len(pools))
@@ -613,7 +651,9 @@ def _sample_in_rounds(
         active = still_active
         rounds += 1
     _mark_resolved(pools, schedule)
-    return SamplingResult(pools, rounds, in_flight_max, tokens, slots=slots, refills=refills)
+    return SamplingResult(
+        pools, rounds, in_flight_max, tokens, slots=slots, refills=refills, pilot_stopped=pilot_stopped
+    )
 
 
 def _mark_resolved(pools: list[Pool], schedule: Schedule) -> None:
@@ -632,6 +672,7 @@ class _Prompt:
     in_flight: set[int] = field(default_factory=set)
     num_waves: int = 0
     stopped: bool = False
+    piloting: bool = False  # its pilot has not all finished yet: no draws beyond the pilot are requested
 
 
 class _Stream:
@@ -646,15 +687,19 @@ class _Stream:
         max_in_flight: int | None,
         pool_order: str,
         refill: RefillFn | None = None,
+        pilot: Pilot | None = None,
     ) -> None:
         self.schedule, self.backend, self.score = schedule, backend, score
-        self.max_in_flight, self.pool_order, self.refill = max_in_flight, pool_order, refill
-        self.prompts = [_Prompt(Pool(schedule.positive_threshold)) for _ in range(num_prompts)]
+        self.max_in_flight, self.pool_order, self.refill, self.pilot = max_in_flight, pool_order, refill, pilot
+        self.prompts = [self._new_prompt() for _ in range(num_prompts)]
         self.owner: dict[int, int] = {}  # ticket -> prompt index
         self.slot_of = {i: i for i in range(num_prompts)}
         self.next_ticket = 0
         self.in_flight = 0
         self.result = SamplingResult([p.pool for p in self.prompts], 0, slots=list(range(num_prompts)))
+
+    def _new_prompt(self) -> _Prompt:
+        return _Prompt(Pool(self.schedule.positive_threshold), piloting=self.pilot is not None)
 
     def run(self) -> SamplingResult:
         self._submit([d for i in range(len(self.prompts)) for d in self._top_up(i)])
@@ -710,7 +755,12 @@ class _Stream:
                 break  # a gap: an earlier draw is still in flight
             handle, reward, _ = prompt.arrived.pop(ticket)
             prompt.pool.add([handle], [reward], prompt.waves[ticket])
-            if _is_finished(prompt.pool, self.schedule):
+            stopped = False
+            if prompt.piloting and len(prompt.pool) == min(self.pilot.size, self.schedule.budget):
+                prompt.piloting = False
+                stopped = self.pilot.stops(index, prompt.pool)
+                self.result.pilot_stopped += stopped
+            if stopped or _is_finished(prompt.pool, self.schedule):
                 prompt.stopped = True
                 self._drop([tokens for _, _, tokens in prompt.arrived.values()])
                 prompt.arrived.clear()
@@ -726,7 +776,7 @@ class _Stream:
         new = _refilled(self.refill, index, len(self.prompts))
         if new is None:
             return None
-        self.prompts.append(_Prompt(Pool(self.schedule.positive_threshold)))
+        self.prompts.append(self._new_prompt())
         self.result.pools.append(self.prompts[new].pool)
         slot = self.slot_of.pop(index)
         self.result.slots[slot], self.slot_of[new] = new, slot
@@ -738,6 +788,8 @@ class _Stream:
         if prompt.stopped:
             return []
         room = self.schedule.budget - len(prompt.tickets)
+        if prompt.piloting:  # nothing beyond the pilot until the pilot has decided
+            room = min(room, self.pilot.size - len(prompt.tickets))
         count = min(self._target(prompt) - len(prompt.in_flight), room)
         if count <= 0:
             return []
@@ -787,7 +839,11 @@ def downsample(pool: Pool, group_size: int, rng: random.Random, mode: str = "bal
     if mode not in DOWNSAMPLES:
         raise ValueError(f"Unknown downsample mode {mode!r}; expected one of {DOWNSAMPLES}.")
     if len(pool) < group_size:
-        raise ValueError(f"A pool of {len(pool)} completions cannot fill a group of {group_size}.")
+        # Only a pilot that stopped leaves a pool smaller than a group: its rewards all agree (no signal, so every
+        # advantage is zero), and its completions fill the group in turn.
+        if has_signal(pool) or not pool.samples:
+            raise ValueError(f"A pool of {len(pool)} completions cannot fill a group of {group_size}.")
+        return sorted(i % len(pool) for i in range(group_size))
     unscored = [i for i in range(len(pool)) if math.isnan(pool.rewards[i])]
     if mode == "uniform":
         scored = [i for i in range(len(pool)) if not math.isnan(pool.rewards[i])]

@@ -163,6 +163,10 @@ class PassRateMemory:
         n_pos, n_total = self._counts.get(key, (0.0, 0.0))
         return n_pos, n_total
 
+    def records(self) -> list[tuple[float, float]]:
+        """Every prompt's decayed `(N_pos, N_total)`, oldest update first."""
+        return [(n_pos, n_total) for n_pos, n_total in self._counts.values()]
+
     def p_hat(self, key: str) -> float:
         """Posterior-mean pass rate `(alpha + N_pos) / (alpha + beta + N_total)`. Does not change the state."""
         n_pos, n_total = self.counts(key)

@@ -4,7 +4,8 @@ GRPOTrainer computes `reward`, `reward_std` and `rewards/<func>/mean|std` over t
 Reinforce-Ada those rows are chosen by reward (balanced downsampling keeps half positives), so their mean reports the
 downsampling, not the policy. The trainer logs instead the rewards of each prompt's first `num_generations` draws in
 request order: every pool holds them (no prompt stops before its group is full), and whether they were drawn never
-depends on a reward, so they estimate the policy's rewards on the step's prompts as GRPO's own groups do. The kept
+depends on a reward, so they estimate the policy's rewards on the step's prompts as GRPO's own groups do. With a pilot
+a prompt may stop after its first `pilot_size` draws, so those, which every pool holds, are the ones logged. The kept
 rows' statistics move to `ada/kept_*`.
 
 Completion lengths and tool calls: GRPOTrainer logs them once per generation call, so under rounds a step's
@@ -166,6 +167,7 @@ class StepCounts:
             "ada/refill_samples": sum(len(pool) for pool in result.replaced_pools),
             "ada/unfilled": sum(not has_signal(pool) for pool in kept_pools),
             "ada/skipped": skipped,
+            "ada/pilot_stopped": result.pilot_stopped,
         }
         # Rounds: the same on every process; streaming: each process's own.
         maxima = {
@@ -192,11 +194,12 @@ class StepCounts:
         )
 
 
-def shown_counters(refill: bool, selection: bool) -> list[str]:
-    """The summed counters a run logs: tokens always, refill's and selection's when they are on."""
+def shown_counters(refill: bool, selection: bool, pilot: bool = False) -> list[str]:
+    """The summed counters a run logs: tokens always, refill's, selection's and the pilot's when they are on."""
     shown = ["ada/completion_tokens", "ada/aborted_tokens"]
     shown += ["ada/refills", "ada/refill_samples", "ada/unfilled"] if refill else []
     shown += ["ada/skipped"] if selection else []
+    shown += ["ada/pilot_stopped"] if pilot else []
     return shown
 
 

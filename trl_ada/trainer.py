@@ -42,7 +42,7 @@ from .compat import (
     rollout_state_kept,
 )
 from .config import ReinforceAdaConfig
-from .engine import SamplingResult, downsample
+from .engine import Pilot, SamplingResult, downsample
 from .memory import memory_key, memory_updates
 from .metrics import (
     LENGTH_METRICS,
@@ -59,6 +59,7 @@ from .metrics import (
     tool_metrics,
 )
 from .prompt_stream import SidePrompts, retarget_rows, save_stream_states
+from .selection import pilot_stop_rule
 from .step_io import Collectives, StepIO
 
 logger = logging.get_logger(__name__)
@@ -159,14 +160,18 @@ class ReinforceAdaTrainer(GRPOTrainer):
         if self.ada_side_prompts is not None:  # prompt selection replaces prompts in place; refill appends
             rngs = (self._rng("select"), self._rng("refill"))
             skipped, refill = self.ada_side_prompts.prepare(unique_prompts, unique_inputs, keys, *rngs, args)
+        pilot = None
+        if args.pilot_size:  # `keys` grows with refills, and the rule reads it when a pilot finishes
+            stop = pilot_stop_rule(self.ada_memory, keys, self.num_generations, args.pilot_stop_threshold)
+            pilot = Pilot(args.pilot_size, stop)
         io, marks, started = self._step_io(), metric_marks(self._metrics["train"], LENGTH_METRICS), time.perf_counter()
         with self._step_rollout_state():
             if args.rollout_schedule == "streaming":
-                result, sampled = sample_streaming(io, unique_prompts, unique_inputs, refill)
+                result, sampled = sample_streaming(io, unique_prompts, unique_inputs, refill, pilot)
             else:
                 bounds, p_hat = args.samples_per_prompt_bounds, self.ada_memory.p_hat_many(keys)
                 sizes = allocate_step(p_hat, args.sampling_strategy, *bounds, args.allocation_rule)
-                result, sampled = sample_in_rounds(io, unique_prompts, unique_inputs, sizes, refill)
+                result, sampled = sample_in_rounds(io, unique_prompts, unique_inputs, sizes, refill, pilot)
         seconds = time.perf_counter() - started
         p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
         updates = memory_updates(keys, result.pools)
@@ -350,7 +355,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.generation_seconds, step.skipped
         )
         counts = sum(self.ada_collectives.gather_objects([local]), StepCounts())
-        shown = shown_counters(args.refill, args.prompt_selection != "none")
+        shown = shown_counters(args.refill, args.prompt_selection != "none", args.pilot_size > 0)
         log_step(self._metrics["train"], counts, self.reward_func_names, shown, len(self.ada_memory))
         all_advantages = self.ada_collectives.gather_tensor(advantages).tolist()
         logged = self._logs["advantages"]
@@ -396,8 +401,10 @@ class _AdaStep:
         group_size = args.num_generations
         pools = result.kept_pools
         kept = [pool.samples[i] for pool in pools for i in downsample(pool, group_size, rng, args.downsample)]
-        # Each prompt's first num_generations draws in request order: drawn whatever the rewards (see metrics.py).
-        first = [handle for pool in result.pools for handle in pool.samples[:group_size]]
+        # Each prompt's first draws in request order, drawn whatever the rewards (see metrics.py): num_generations of
+        # them, or the pilot, after which a prompt may stop.
+        first_count = args.pilot_size or group_size
+        first = [handle for pool in result.pools for handle in pool.samples[:first_count]]
         first_moments = reward_moments(sampled.rewards_per_func(first), reward_weights)
         per_func = None
         if args.multi_objective_aggregation == "normalize_then_sum":

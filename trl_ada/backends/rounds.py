@@ -16,7 +16,7 @@ import torch
 
 from ..advantages import total_reward
 from ..compat import GenerationOutput
-from ..engine import RefillFn, Request, RoundsBackend, SamplingResult, sample
+from ..engine import Pilot, RefillFn, Request, RoundsBackend, SamplingResult, sample
 from ..step_io import Collectives, StepIO
 
 
@@ -26,11 +26,12 @@ def sample_in_rounds(
     inputs: list[dict[str, Any]],
     sizes: list[int] | None,
     refill: RefillFn | None = None,
+    pilot: Pilot | None = None,
 ) -> tuple[SamplingResult, Rollouts]:
     """The batch's rounds: each round is one `io.generate` and one `io.score` on every process, with the same number
     of rows everywhere (a process with less to do pads with copies of its first prompt, scored and dropped).
     `sizes` replaces the first round (Reinforce-Ada-Est). `refill` appends a replacement to `prompts` and `inputs`
-    and returns its index (see `engine.sample`)."""
+    and returns its index; `pilot` makes every prompt draw a pilot first (see `engine.sample`)."""
     rollouts = Rollouts(io.reward_weights)
 
     def generate(requests: list[Request]) -> list[int]:
@@ -58,6 +59,7 @@ def sample_in_rounds(
         any_active=io.collectives.any,
         first_round_sizes=sizes,
         refill=refill,
+        pilot=pilot,
     )
     rollouts.ended = io.ended(rollouts.columns["completion_ids"])
     return result, rollouts

@@ -13,7 +13,7 @@ import torch
 
 from ..advantages import total_reward
 from ..compat import GenerationOutput
-from ..engine import RefillFn, Request, SamplingResult, sample
+from ..engine import Pilot, RefillFn, Request, SamplingResult, sample
 from ..step_io import StepIO
 from .base import TokenBackend
 
@@ -21,12 +21,17 @@ IMAGES_REFUSED = "rollout_schedule='streaming' does not take image prompts yet; 
 
 
 def sample_streaming(
-    io: StepIO, prompts: list, inputs: list[dict[str, Any]], refill: RefillFn | None = None
+    io: StepIO,
+    prompts: list,
+    inputs: list[dict[str, Any]],
+    refill: RefillFn | None = None,
+    pilot: Pilot | None = None,
 ) -> tuple[SamplingResult, Streamed]:
     """Stream through the backend `io.open_engine` opens (vLLM server, vLLM colocate or transformers continuous
     batching). Each process streams on its own, with no collective call until the batch's generation is over: a
     failure on one process (a reward, a server that stops answering) aborts its requests, and then stops every
-    process with its error. A prompt `refill` appends to `prompts` is tokenized and streamed at once."""
+    process with its error. A prompt `refill` appends to `prompts` is tokenized and streamed at once; `pilot` holds
+    each prompt to its pilot until the pilot has decided (see `engine.sample`)."""
     prompt_ids, images = io.tokenize(prompts)
     io.collectives.raise_everywhere(IMAGES_REFUSED if images is not None else None, NotImplementedError)
     io.check_context(prompt_ids, prompts)
@@ -43,6 +48,7 @@ def sample_streaming(
                 rollout="streaming",
                 max_in_flight=io.max_in_flight,
                 refill=None if refill is None else streamed.refill_and_tokenize,
+                pilot=pilot,
             )
     except Exception as error:  # raised below on every process, or the others would wait forever
         if io.collectives.num_processes == 1:
