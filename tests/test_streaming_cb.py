@@ -207,3 +207,26 @@ def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp
     with pytest.raises(RewardFunctionError, match=r"'broken' failed on prompt .*b\?.*KeyError"):
         trainer.train()
     assert closed == [True]
+
+
+def test_the_benchmark_counter_counts_every_token_the_engine_generated(toy_cold_dir, tmp_path, monkeypatch):
+    """`trl_ada.demo.count_generated_tokens` under streaming: every finished request the manager returned counts
+    (kept in a pool or dropped after its prompt stopped), and cancelled ones add what they had generated."""
+    from trl_ada.demo import count_generated_tokens
+
+    spy = CancelSpy(monkeypatch)
+    trainer = streaming_trainer(
+        toy_cold_dir,
+        tmp_path,
+        bernoulli_reward({"a": 0.0, "b": 1.0, "c": 0.5}),
+        "abc",
+        sampling_strategy="positive",
+        max_steps=1,  # request ids restart every step: the spy tells requests apart within one
+        transformers_continuous_batching_config={**SMALL_CACHE, "max_batch_tokens": 32},
+    )
+    counter = count_generated_tokens(trainer)
+    trainer.train()
+    assert counter.calls == 1 and counter.completions == len(spy.finished_tokens)
+    cancelled_tokens = counter.completion_tokens - sum(spy.finished_tokens)
+    assert 0 <= cancelled_tokens <= len(spy.cancelled) * trainer.max_completion_length
+    assert counter.completion_tokens == sum(log["ada/completion_tokens"] for log in ada_logs(trainer))

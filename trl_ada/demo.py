@@ -79,19 +79,39 @@ def count_generated_tokens(trainer: Any) -> GenerationCounter:
     rounds all go through the parent's `_generate`). Counted per process, before any gathering. This benchmark
     harness is the one place outside the adapter (`trainer.py`, `compat.py`) that touches a private trainer method:
     measuring both trainers at the same call is the point (docs/architecture.md).
+
+    Streaming (`rollout_schedule="streaming"`) generates through its own engine, and only hands the kept completions
+    to that call afterwards, for decoding: there every batch's count is the engine's own, which includes the tokens
+    of requests aborted in flight and of completions finished after their prompt had stopped.
     """
     counter = GenerationCounter()
     generate = trainer._generate_single_turn
+    streaming = getattr(trainer.args, "rollout_schedule", "rounds") == "streaming"
 
     def counted(prompt_ids, *args, **kwargs):
         completion_ids, logprobs = generate(prompt_ids, *args, **kwargs)
-        counter.calls += 1
-        counter.completions += len(completion_ids)
-        counter.completion_tokens += sum(len(ids) for ids in completion_ids)
-        counter.prompt_tokens += sum(len(ids) for ids in prompt_ids)
+        if not streaming:
+            counter.calls += 1
+            counter.completions += len(completion_ids)
+            counter.completion_tokens += sum(len(ids) for ids in completion_ids)
+            counter.prompt_tokens += sum(len(ids) for ids in prompt_ids)
         return completion_ids, logprobs
 
     trainer._generate_single_turn = counted
+    if streaming:
+        generate_batch = trainer._generate
+
+        def counted_batch(prompts):
+            output = generate_batch(prompts)
+            step = trainer._ada_step  # what this batch sampled, until the loss's inputs are built
+            if step is not None:
+                result = step.result
+                counter.calls += 1
+                counter.completions += sum(len(pool) for pool in result.pools) + result.dropped
+                counter.completion_tokens += result.generated_tokens
+            return output
+
+        trainer._generate = counted_batch
     return counter
 
 
