@@ -148,6 +148,25 @@ def _scripted_accuracies(monkeypatch, accuracies):
     return calls
 
 
+def test_warmup_draws_short_problems_more_often():
+    """Levels in proportion to 1 / sqrt(L - 1), thinned by each level's share of problems on the "train" side of the
+    split (measured apart, from problems drawn without the weights): chi-square over 20,000 examples."""
+    import random
+
+    examples = reasoning._warmup_examples(seed=3)
+    counts = Counter(len(re.findall(r"\d", next(examples)[0].split("=")[0])) for _ in range(20_000))
+    rng = random.Random(0)
+    train_share = {
+        level: sum(toy.problem_split(reasoning._sample_expression(rng, level)) == "train" for _ in range(4000)) / 4000
+        for level in reasoning.LEVELS
+    }
+    weights = {level: train_share[level] / (level - 1) ** 0.5 for level in reasoning.LEVELS}
+    expected = {level: 20_000 * w / sum(weights.values()) for level, w in weights.items()}
+    chi2 = sum((counts[level] - expected[level]) ** 2 / expected[level] for level in reasoning.LEVELS)
+    assert chi2 < 30, (counts, expected)  # 6 degrees of freedom: p < 1e-4 at 30
+    assert counts[2] > 2 * counts[8]
+
+
 def test_warmup_stops_at_the_first_check_reaching_the_target(tmp_path, monkeypatch):
     target = reasoning.WARMUP_TARGET_ACCURACY
     calls = _scripted_accuracies(monkeypatch, [0.1, target - 0.01, target, 0.2, 0.9])
