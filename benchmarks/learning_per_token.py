@@ -53,6 +53,22 @@ def _method(label: str, group: int, strategy: str | None = None, **options: Any)
 POSTERIOR = {"round_sizing": "posterior"}
 SELECT = {"prompt_selection": "pass_rate"}
 REFILL = {"refill": True}
+PILOT = {"pilot_size": 2}
+
+
+# Streaming through transformers' continuous batching, with a KV cache sized for the toy tasks (16 prompts x 8 in
+# flight x 90 tokens fit 512 pages of 32): the default sizes it from free memory, which costs seconds per step on CPU.
+def _streaming() -> dict[str, Any]:
+    from trl_ada.compat import continuous_batching_cache
+
+    return {
+        "rollout_schedule": "streaming",
+        "use_transformers_continuous_batching": True,
+        "transformers_continuous_batching_config": continuous_batching_cache(512, 32, 512),
+    }
+
+
+STREAM = _streaming()
 # key -> (method, relative run time for scheduling). GRPO runs with GRPOTrainer itself; everything else with
 # ReinforceAdaTrainer ("uniform" is plain GRPO sampling there, with refill: DAPO's dynamic sampling).
 CATALOG: dict[str, tuple[Any, float]] = {
@@ -78,9 +94,17 @@ CATALOG: dict[str, tuple[Any, float]] = {
         _method("Ada-positive 4x2 + selection", 4, "positive", samples_per_round=4, max_rounds=2, **SELECT),
         1.5,
     ),
+    # Streaming: no round barriers; a prompt stops on the first request-order prefix where its rule holds and its
+    # requests still in flight are aborted (their tokens count as generated).
+    "ada-positive-stream": (_method("Ada-positive 8x4 streaming", 4, "positive", **STREAM), 4),
+    "ada-balanced-stream": (_method("Ada-balanced 8x4 streaming", 4, "balanced", **STREAM), 6),
+    # Pilot-then-commit: 2 completions per prompt first; a prompt whose pilot agrees stops there when its memory says
+    # the other 2 of its group would very likely agree too (pilot_stop_threshold 0.8).
+    "grpo-4-pilot": (_method("GRPO n=4 + pilot 2", 4, "uniform", **PILOT), 1),
 }
-# The configuration recommended to compute-bound users (README): the best on tokens to target in the last full run.
-RECOMMENDED = "ada-positive-4x2-select"
+# The configuration recommended to compute-bound users (README): the best on tokens to target measured on the
+# reasoning task (benchmarks/README.md#the-reasoning-task).
+RECOMMENDED = "grpo-4-pilot"
 _recommended, _cost = CATALOG[RECOMMENDED]
 CATALOG["recommended"] = (
     _method(f"recommended ({_recommended.label})", 4, _recommended.strategy, **dict(_recommended.options)),
@@ -93,6 +117,12 @@ QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # GRPO n=4 at 2e-4 on the reasoning task dropped 11 points in its first 40 steps and ended 1 point up (seed 0); at 1e-4
 # it rose steadily, +10 points in 200 steps (benchmarks/README.md#the-reasoning-task).
 LEARNING_RATE = {"arithmetic": 2e-4, "reasoning": 1e-4}
+# Token-matched comparison: every method but the baseline trains up to MATCH_TOKENS x the baseline's steps, and every
+# curve is read up to the tokens the baseline generated (its final accuracy is the accuracy at that budget). A method
+# that spends fewer tokens per step gets those tokens' worth of extra steps, as at "the same inference budget"; with
+# equal step counts a cheaper method could only reach the target at its last checkpoint. None: equal steps, each
+# curve read to its end (the arithmetic task's published numbers).
+MATCH_TOKENS = {"arithmetic": None, "reasoning": 1.4}
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
@@ -129,6 +159,26 @@ def mean_curve(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return curve
 
 
+def up_to_budget(curve: dict[str, list[float]], budget: float | None) -> dict[str, list[float]]:
+    """The curve (columns step, tokens, seconds, accuracy) cut at ``budget`` tokens: the points below it and one
+    interpolated at it. A curve that never reaches the budget, or ``budget=None``, comes back whole."""
+    tokens = curve["tokens"]
+    if budget is None or tokens[-1] <= budget:
+        return {key: list(values) for key, values in curve.items()}
+    end = next(i for i, x in enumerate(tokens) if x >= budget)
+    cut = {key: list(values[:end]) for key, values in curve.items()}
+    if end == 0 or tokens[end] == budget:
+        return {key: list(values[: end + 1]) for key, values in curve.items()}
+    fraction = (budget - tokens[end - 1]) / (tokens[end] - tokens[end - 1])
+    for key, values in curve.items():
+        cut[key].append(values[end - 1] + fraction * (values[end] - values[end - 1]))
+    return cut
+
+
+def _checkpoint_curve(run: dict[str, Any]) -> dict[str, list[float]]:
+    return {key: [c[key] for c in run["checkpoints"]] for key in ("step", "tokens", "seconds", "accuracy")}
+
+
 def area_under_curve(xs: Sequence[float], accuracies: Sequence[float], budget: float) -> float:
     """Mean accuracy over x in [0, budget] of the piecewise-linear curve (xs, accuracies), held at accuracies[0]
     before xs[0] (the accuracy before training, measured at x = 0 when xs[0] = 0). The curve must reach `budget`."""
@@ -156,14 +206,18 @@ def _spread(values: Sequence[float | None]) -> dict[str, Any]:
     return {"mean": mean, "std": std, "missing": len(values) - len(present), "values": list(values)}
 
 
-def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares."""
+def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> list[dict[str, Any]]:
+    """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares.
+
+    ``match_tokens``: every curve, and each seed's, is read only up to the tokens GRPO n=4's seed-averaged curve ends
+    at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget."""
     by_method: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_method.setdefault(run["key"], []).append(run)
     if BASELINE not in by_method:
         raise ValueError(f"the ratios are relative to {BASELINE}, which was not run")
-    curves = {key: mean_curve(method_runs) for key, method_runs in by_method.items()}
+    budget = mean_curve(by_method[BASELINE])["tokens"][-1] if match_tokens else None
+    curves = {key: up_to_budget(mean_curve(method_runs), budget) for key, method_runs in by_method.items()}
     target = curves[BASELINE]["accuracy"][-1]
     base_tokens = crossing(curves[BASELINE]["tokens"], curves[BASELINE]["accuracy"], target)
     base_seconds = crossing(curves[BASELINE]["seconds"], curves[BASELINE]["accuracy"], target)
@@ -173,19 +227,17 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for key, method_runs in by_method.items():
         curve = curves[key]
+        seed_curves = [up_to_budget(_checkpoint_curve(run), budget) for run in method_runs]
         tokens = crossing(curve["tokens"], curve["accuracy"], target)
         seconds = crossing(curve["seconds"], curve["accuracy"], target)
 
-        def per_seed(x: str, method_runs: list[dict[str, Any]] = method_runs) -> list[float | None]:
-            return [
-                crossing([c[x] for c in run["checkpoints"]], [c["accuracy"] for c in run["checkpoints"]], target)
-                for run in method_runs
-            ]
+        def per_seed(x: str, seed_curves: list[dict[str, list[float]]] = seed_curves) -> list[float | None]:
+            return [crossing(c[x], c["accuracy"], target) for c in seed_curves]
 
-        def areas(x: str, budget: float, method_runs: list[dict[str, Any]] = method_runs) -> list[float]:
+        def areas(x: str, area_budget: float, method_runs: list[dict[str, Any]] = method_runs) -> list[float]:
             return [
                 area_under_curve(
-                    [c[x] for c in run["checkpoints"]], [c["accuracy"] for c in run["checkpoints"]], budget
+                    [c[x] for c in run["checkpoints"]], [c["accuracy"] for c in run["checkpoints"]], area_budget
                 )
                 for run in method_runs
             ]
@@ -196,9 +248,12 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "method": method_runs[0]["method"],
                 "seeds": [run["seed"] for run in method_runs],
                 "target_accuracy": target,
+                "token_budget": budget,
+                "steps": method_runs[0]["checkpoints"][-1]["step"],
+                "steps_at_budget": curve["step"][-1],
                 "accuracy_before": curve["accuracy"][0],
                 "final_accuracy": curve["accuracy"][-1],
-                "final_accuracy_per_seed": [run["checkpoints"][-1]["accuracy"] for run in method_runs],
+                "final_accuracy_per_seed": [c["accuracy"][-1] for c in seed_curves],
                 "tokens_to_target": tokens,
                 "tokens_ratio": _ratio(tokens, base_tokens),
                 "seconds_to_target": seconds,
@@ -219,7 +274,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
                 "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
                 "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
-                **paired_bootstrap(by_method[BASELINE], method_runs),
+                **paired_bootstrap(by_method[BASELINE], method_runs, match_tokens=match_tokens),
                 "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             }
         )
@@ -243,12 +298,14 @@ def paired_bootstrap(
     method_runs: Sequence[dict[str, Any]],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    match_tokens: bool = False,
 ) -> dict[str, list[float | None]]:
     """95% intervals for a method's tokens and seconds ratios to the baseline and for its final accuracy, by a paired
     bootstrap over seeds: each resample draws seeds with replacement and takes the baseline's and the method's runs of
     those same seeds, so that the prompts and sampling a seed shares between methods cancel out. Within a resample
     the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
-    seed-averaged final accuracy); a method that never reaches the target counts as an infinite ratio."""
+    seed-averaged final accuracy; with ``match_tokens`` the method's curve is cut at the resample's baseline token
+    budget, as in `summarise`); a method that never reaches the target counts as an infinite ratio."""
     base = {run["seed"]: run for run in base_runs}
     mine = {run["seed"]: run for run in method_runs}
     seeds = sorted(set(base) & set(mine))
@@ -260,7 +317,7 @@ def paired_bootstrap(
     for _ in range(resamples):
         sample = [rng.choice(seeds) for _ in seeds]
         base_curve = mean_curve([base[s] for s in sample])
-        curve = mean_curve([mine[s] for s in sample])
+        curve = up_to_budget(mean_curve([mine[s] for s in sample]), base_curve["tokens"][-1] if match_tokens else None)
         target = base_curve["accuracy"][-1]
         for x, values in ratios.items():
             ratio = _ratio(
@@ -303,16 +360,17 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         return text + (f" ({cell['missing']} not)" if cell["missing"] else "")
 
     lines = [
-        "| method | final accuracy [95% CI] (per seed) | tokens to reach target (ratio [95% CI]) "
+        "| method | steps | final accuracy [95% CI] (per seed) | tokens to reach target (ratio [95% CI]) "
         "| per seed: mean ± sd | seconds to reach target (ratio [95% CI]) | AUC vs tokens | AUC vs seconds "
         "| completions / trained prompt | zero-std groups (first round) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per_seed = ", ".join(f"{a:.3f}" for a in r["final_accuracy_per_seed"])
         final = f"{r['final_accuracy']:.3f}{interval(r.get('final_accuracy_ci'), '{:.3f}')}"
+        steps = f"{r['steps_at_budget']:.0f}" + (f" of {r['steps']}" if r["steps_at_budget"] < r["steps"] else "")
         lines.append(
-            f"| {r['method']} | {final} ({per_seed}) "
+            f"| {r['method']} | {steps} | {final} ({per_seed}) "
             f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}', r.get('tokens_ratio_ci'))} "
             f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
             f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}', r.get('seconds_ratio_ci'))} "
@@ -335,16 +393,18 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
 
     task = toy_task(settings["task"])
     prompts_per_step = settings["prompts_per_step"]
+    steps = method_steps(settings, key)
     # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
-    # the same for every seed.
-    train = task.train_rows(settings["steps"] * prompts_per_step, seed)
+    # the same for every seed. Token-matched runs train on the rows in their order, so a longer run's first steps see
+    # the baseline's prompts in the baseline's order.
+    train = task.train_rows(steps * prompts_per_step, seed)
     heldout = task.heldout(settings["heldout"])
     run = train_toy(
         CATALOG[key][0],
         settings["model_dir"],
         train,
         heldout,
-        steps=settings["steps"],
+        steps=steps,
         prompts_per_step=prompts_per_step,
         seed=seed,
         learning_rate=settings["learning_rate"],
@@ -354,13 +414,14 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         log_every=settings["eval_every"],
         verbose=False,
         task=settings["task"],
+        shuffle=not settings.get("match_tokens"),
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
         f"{run.generated.completion_tokens:,} tokens, {run.train_seconds:.0f}s",
         flush=True,
     )
-    trained_prompts = settings["steps"] * prompts_per_step
+    trained_prompts = steps * prompts_per_step
 
     def per_step(name: str) -> float:  # each log row is TRL's mean over the steps since the last one
         return sum(row.get(name, 0.0) for row in run.logs) / max(len(run.logs), 1)
@@ -372,6 +433,15 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         "refills_per_step": per_step("ada/refills"),
         "skipped_per_step": per_step("ada/skipped"),
     }
+
+
+def method_steps(settings: dict[str, Any], key: str) -> int:
+    """Optimizer steps for a method's runs: ``steps``, or, token-matched, ``match_tokens`` times as many for every
+    method but the baseline, rounded up to whole evaluation intervals."""
+    factor = settings.get("match_tokens")
+    if not factor or key == BASELINE:
+        return settings["steps"]
+    return math.ceil(settings["steps"] * factor / settings["eval_every"]) * settings["eval_every"]
 
 
 def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:
@@ -487,6 +557,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--learning-rate", type=float, help=f"constant learning rate (default per task: {LEARNING_RATE})"
     )
+    parser.add_argument(
+        "--match-tokens",
+        type=float,
+        help="train every method but GRPO n=4 up to this many times its steps and read every curve up to GRPO n=4's "
+        f"tokens; 0: equal steps, curves read to their end (default per task: {MATCH_TOKENS})",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each")
     parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
@@ -503,7 +579,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     learning_rate = args.learning_rate if args.learning_rate is not None else LEARNING_RATE[args.task]
-    settings |= {"task": args.task, "prompts_per_step": args.prompts_per_step, "learning_rate": learning_rate}
+    match_tokens = args.match_tokens if args.match_tokens is not None else MATCH_TOKENS[args.task]
+    if match_tokens is not None and match_tokens != 0 and match_tokens < 1:
+        raise SystemExit(f"--match-tokens must be 0 (off) or at least 1, got {match_tokens}")
+    settings |= {
+        "task": args.task,
+        "prompts_per_step": args.prompts_per_step,
+        "learning_rate": learning_rate,
+        "match_tokens": match_tokens or None,
+    }
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -522,10 +606,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     elapsed = time.perf_counter() - start
     machine_after = machine_info()
 
-    rows = summarise(runs)
+    rows = summarise(runs, match_tokens=bool(settings["match_tokens"]))
     table = markdown_table(rows)
+    steps = f"{settings['steps']} steps"
+    if settings["match_tokens"]:
+        steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
     title = (
-        f"Toy task ({args.task}), {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
+        f"Toy task ({args.task}), {steps} x {settings['prompts_per_step']} prompts, "
         f"seeds {args.seeds}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, args.output_dir / f"{name}.png", title)
@@ -544,8 +631,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     (args.output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     target = rows[0]["target_accuracy"]
+    budget = ""
+    if settings["match_tokens"]:
+        budget = f" Final accuracies are read at GRPO n=4's {rows[0]['token_budget']:,.0f} tokens."
     text = (
-        f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.\n"
+        f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.{budget}\n"
         f"Machine: {describe(machine)}; load average after: {machine_after['load_average_1min']}. "
         f"{elapsed / 60:.1f} min.\nTestbed at the start: {testbed_line(testbed)}.\n\n{table}\n"
     )

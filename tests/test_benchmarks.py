@@ -120,6 +120,63 @@ def test_paired_bootstrap_intervals_hand_worked():
     assert rows["grpo-4"]["tokens_ratio_ci"] == [1.0, 1.0]  # the baseline against itself
 
 
+def test_up_to_budget_cuts_every_column_at_the_budget():
+    curve = {"step": [0, 10, 20], "tokens": [0, 1000, 3000], "seconds": [0, 5, 9], "accuracy": [0.4, 0.5, 0.7]}
+    # 2000 tokens lie halfway along the second segment: step 15, 7 s, accuracy 0.6.
+    cut = learning_per_token.up_to_budget(curve, 2000)
+    assert cut == {
+        "step": [0, 10, pytest.approx(15)],
+        "tokens": [0, 1000, pytest.approx(2000)],
+        "seconds": [0, 5, pytest.approx(7)],
+        "accuracy": [0.4, 0.5, pytest.approx(0.6)],
+    }
+    assert learning_per_token.up_to_budget(curve, 1000)["tokens"] == [0, 1000]  # exactly on a checkpoint
+    assert learning_per_token.up_to_budget(curve, 5000) == curve  # never reaches the budget: whole
+    assert learning_per_token.up_to_budget(curve, None) == curve
+
+
+def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
+    base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40, 0.45 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.02])]
+    # Half the tokens per step, three times the steps: seed-averaged tokens [0, 500, ..., 3000], accuracy
+    # 0.40, 0.44, 0.48, 0.52, 0.56, 0.58, 0.60 (+0.01 on average). Target 0.51 (GRPO's mean final) is crossed at
+    # 1000 + (0.51 - 0.49) / (0.53 - 0.49) * 500 = 1250 tokens; the budget, 2000 tokens, lands on the checkpoint
+    # at step 40 with accuracy 0.57.
+    cheap = [
+        fake_run(
+            "cheap",
+            s,
+            [0, 500, 1000, 1500, 2000, 2500, 3000],
+            [0.40] + [v + a for v in (0.44, 0.48, 0.52, 0.56, 0.58, 0.60)],
+        )
+        for s, a in enumerate([0.0, 0.02])
+    ]
+    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *cheap], match_tokens=True)}
+    assert rows["cheap"]["token_budget"] == pytest.approx(2000)
+    assert rows["cheap"]["tokens_to_target"] == pytest.approx(1250)
+    assert rows["cheap"]["tokens_ratio"] == pytest.approx(1250 / 2000)
+    assert rows["cheap"]["final_accuracy"] == pytest.approx(0.57)
+    assert rows["cheap"]["final_accuracy_per_seed"] == [pytest.approx(0.56), pytest.approx(0.58)]
+    assert rows["cheap"]["steps_at_budget"] == 40 and rows["cheap"]["steps"] == 60
+    assert rows["cheap"]["tokens_total"] == pytest.approx(2000)
+    # Read to their ends instead, the curves give the final accuracy after 60 steps.
+    whole = {row["key"]: row for row in learning_per_token.summarise([*base, *cheap])}
+    assert whole["cheap"]["final_accuracy"] == pytest.approx(0.61) and whole["cheap"]["token_budget"] is None
+    # Every resample's final accuracy is read at its own baseline budget (2000 tokens here, for every resample).
+    ci = learning_per_token.paired_bootstrap(base, cheap, resamples=400, match_tokens=True)
+    assert ci["final_accuracy_ci"] == [pytest.approx(0.56), pytest.approx(0.58)]
+    table = learning_per_token.markdown_table(list(rows.values()))
+    assert "| CHEAP | 40 of 60 |" in table
+
+
+def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals():
+    settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.37}
+    assert learning_per_token.method_steps(settings, "grpo-4") == 200
+    assert learning_per_token.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
+    assert learning_per_token.method_steps({**settings, "match_tokens": None}, "recommended") == 200
+    with pytest.raises(SystemExit, match="at least 1"):
+        learning_per_token.main(["--match-tokens", "0.5"])
+
+
 def test_area_under_curve_hand_worked():
     # Accuracy 0.4 -> 0.6 over [0, 100], flat 0.6 to 200: area to 150 = 100 * 0.5 + 50 * 0.6 = 80, mean 80 / 150.
     assert learning_per_token.area_under_curve([0, 100, 200], [0.4, 0.6, 0.6], 150) == pytest.approx(80 / 150)
@@ -232,6 +289,23 @@ def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, 
     # Same prompts at every step for every method.
     assert len(prompts_seen["grpo-4"]) == steps
     assert prompts_seen["grpo-16"] == prompts_seen["grpo-4"] == prompts_seen["ada-balanced"]
+    # shuffle=False (token-matched benchmark runs): the rows in their own order, so longer runs share the prefix.
+    train_toy(
+        "grpo-4",
+        toy_cold_dir,
+        train,
+        heldout,
+        steps=2,
+        prompts_per_step=prompts_per_step,
+        heldout_samples=1,
+        output_dir=tmp_path / "ordered",
+        verbose=False,
+        trainer_class=recording(GRPOTrainer, "ordered"),
+        shuffle=False,
+    )
+    contents = [row["prompt"][-1]["content"] for row in train]
+    assert prompts_seen["ordered"] == [sorted(contents[:4]), sorted(contents[4:8])]
+    assert prompts_seen["grpo-4"][:2] != prompts_seen["ordered"]  # TRL's seeded shuffle otherwise
 
 
 @pytest.mark.slow
@@ -267,7 +341,8 @@ def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
 
     cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
     argv = ["--task", "reasoning", "--steps", "2", "--eval-every", "2", "--heldout", "4", "--heldout-samples", "1"]
-    argv += ["--seeds", "0", "--methods", "grpo-4", "--jobs", "1", "--model-dir", str(cold), "--prompts-per-step", "2"]
+    argv += ["--seeds", "0", "--methods", "grpo-4", "grpo-4-pilot", "--jobs", "1", "--model-dir", str(cold)]
+    argv += ["--prompts-per-step", "2"]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     testbed = json.loads((tmp_path / "tiny.json").read_text())["testbed"]
     assert (
@@ -278,6 +353,19 @@ def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
     assert testbed["prompts"] == 4 and testbed["visits_per_prompt"] == 1.0  # 2 steps x 2 prompts: a part epoch
     assert testbed["mean_len_wrong"] > 0 and testbed["mean_len"] <= 64
     assert report["runs"][0]["generated"]["completion_tokens"] <= 2 * 2 * 4 * 64
+    # Token-matched by default on this task: the other method trains 1.4 x 2 steps, rounded up to 4, and every curve
+    # is read up to GRPO n=4's tokens.
+    grpo, pilot = report["runs"]
+    assert report["settings"]["match_tokens"] == 1.4
+    assert [c["step"] for c in grpo["checkpoints"]] == [0, 2] and [c["step"] for c in pilot["checkpoints"]] == [
+        0,
+        2,
+        4,
+    ]
+    rows = {row["key"]: row for row in report["summary"]}
+    budget = grpo["generated"]["completion_tokens"]
+    assert rows["grpo-4-pilot"]["token_budget"] == pytest.approx(budget)
+    assert rows["grpo-4-pilot"]["tokens_total"] == pytest.approx(min(budget, pilot["generated"]["completion_tokens"]))
     assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
 
 

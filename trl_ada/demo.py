@@ -281,6 +281,7 @@ def train_toy(
     callbacks: Sequence[TrainerCallback] = (),
     before_train: Callable[[Any], None] | None = None,
     task: str = "arithmetic",
+    shuffle: bool = True,
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -289,7 +290,8 @@ def train_toy(
     sampler, the same prompts in the same order. ``train`` must hold at least ``steps * prompts_per_step`` prompts.
     ``trainer_class`` overrides the trainer (a subclass of the method's own); ``before_train(trainer)`` runs just
     before ``trainer.train()``. ``task`` names the toy task (`trl_ada.toy.toy_task`): its reward and completion
-    budget are used for training and for the held-out evaluations.
+    budget are used for training and for the held-out evaluations. ``shuffle=False`` trains on ``train`` in its own
+    order (TRL's seeded shuffle otherwise), so runs of different lengths over one ordered set share their prefix.
     """
     spec = METHODS[method] if isinstance(method, str) else method
     toy = toy_task(task)
@@ -307,6 +309,7 @@ def train_toy(
         output_dir,
         log_every,
     )
+    settings["shuffle_dataset"] = shuffle
     config, default_class = _toy_config(spec, settings, samples_per_round, max_rounds)
     trainer_class = _checked_trainer_class(spec, trainer_class or default_class, default_class)
     trainer = trainer_class(model, toy.reward, args=config, train_dataset=train, processing_class=tokenizer)
