@@ -567,6 +567,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
     parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")
+    parser.add_argument(
+        "--warm-seed",
+        type=int,
+        default=0,
+        help="start from the task's warm model built with this seed (toy_model_dir(seed=...); 0: the shipped one)",
+    )
     return parser.parse_args(argv)
 
 
@@ -596,7 +602,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl_ada.toy import toy_model_dir
 
     # Build the warm start once, before the workers race for it.
-    settings["model_dir"] = str(args.model_dir or toy_model_dir(task=args.task))
+    if args.model_dir is not None and args.warm_seed != 0:
+        raise SystemExit("--model-dir and --warm-seed both name the start model: give one")
+    settings["model_dir"] = str(args.model_dir or toy_model_dir(seed=args.warm_seed, task=args.task))
+    settings["warm_seed"] = None if args.model_dir is not None else args.warm_seed
     began = time.perf_counter()
     testbed = measure_testbed(settings, args.seeds[0])
     testbed["seconds"] = round(time.perf_counter() - began, 1)

@@ -168,13 +168,15 @@ def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
     assert "| CHEAP | 40 of 60 |" in table
 
 
-def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals():
+def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals(tmp_path):
     settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.37}
     assert learning_per_token.method_steps(settings, "grpo-4") == 200
     assert learning_per_token.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
     assert learning_per_token.method_steps({**settings, "match_tokens": None}, "recommended") == 200
     with pytest.raises(SystemExit, match="at least 1"):
         learning_per_token.main(["--match-tokens", "0.5"])
+    with pytest.raises(SystemExit, match="give one"):
+        learning_per_token.main(["--model-dir", "somewhere", "--warm-seed", "1", "--output-dir", str(tmp_path)])
 
 
 def test_area_under_curve_hand_worked():
