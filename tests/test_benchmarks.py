@@ -371,6 +371,18 @@ def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
     assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
 
 
+def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
+    from trl_ada.toy import toy_model_dir
+
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
+    argv = ["--task", "reasoning", "--steps", "2", "--prompts-per-step", "2", "--model-dir", str(cold)]
+    report = learning_per_token.main([*argv, "--testbed-only", "--output-dir", str(tmp_path), "--name", "bed"])
+    saved = json.loads((tmp_path / "bed.json").read_text())
+    assert saved == report and "runs" not in saved and "summary" not in saved
+    assert saved["testbed"]["prompts"] == 4 and saved["testbed"]["samples_per_prompt"] == 16
+    assert not (tmp_path / "bed.md").exists()
+
+
 @pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
     from trl_ada import engine, trainer

@@ -132,17 +132,11 @@ def test_methods_of_one_model_and_prompt_set_differ_only_in_sampling(group):
         assert estimate["sampling_strategy"] == "estimate" and estimate["scale_rewards"] == "none"
     if "efficient" in recipes:  # the configuration benchmarks/learning_per_token.py recommends, on the same run
         efficient = flat(recipes["efficient"])
-        # GRPO's sampling plus the pilot, with the benchmark's advantage scaling (every method there: none).
-        assert differing_keys(efficient, grpo) == {"pilot_size", "scale_rewards"}  # the threshold at its default
-        assert efficient["scale_rewards"] == "none"
-        recommended, _ = learning_per_token.CATALOG["recommended"]
-        assert (efficient["sampling_strategy"], efficient["num_generations"]) == (
-            recommended.strategy,
-            recommended.num_generations,
-        )
-        defaults = ReinforceAdaConfig(output_dir="unused", use_cpu=True)
-        for key in ("pilot_size", "pilot_stop_threshold"):
-            assert efficient[key] == dict(recommended.options).get(key, getattr(defaults, key))
+        assert differing_keys(efficient, positive) == {"samples_per_round", "max_rounds", "prompt_selection"}
+        recommended = dict(learning_per_token.CATALOG["recommended"][0].options)
+        assert efficient["sampling_strategy"] == learning_per_token.CATALOG["recommended"][0].strategy
+        for key in ("samples_per_round", "max_rounds", "prompt_selection"):
+            assert efficient[key] == recommended[key]
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-math-1.5b", "qwen2.5-math-7b"])
