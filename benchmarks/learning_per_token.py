@@ -16,8 +16,7 @@ generation call, identically for every method: every round, refill and replaced 
 time (evaluations excluded). On the reasoning task the comparison is token-matched by default (``--match-tokens``):
 every method but GRPO n=4 trains up to 1.4x its steps over the same rows in the same order, and every curve is read
 up to the tokens GRPO n=4 generated, so final accuracies compare at an equal token budget. Runs go to two one-thread
-worker processes (faster than one two-thread process on 2
-cores); wall times are therefore single-thread times.
+worker processes (faster than one two-thread process on 2 cores); wall times are therefore single-thread times.
 
 Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
 accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
@@ -119,8 +118,9 @@ METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
-# GRPO n=4 at 2e-4 on the reasoning task dropped 11 points in its first 40 steps and ended 1 point up (seed 0); at 1e-4
-# it rose steadily, +10 points in 200 steps (benchmarks/README.md#the-reasoning-task).
+# GRPO n=4 at 2e-4 on the reasoning task (its first version's seed-0 model) dropped 11 points in its first 40 steps
+# and ended 1 point up; at 1e-4 it rises steadily: +13 points in 200 steps over ten seeds
+# (benchmarks/README.md#the-reasoning-task).
 LEARNING_RATE = {"arithmetic": 2e-4, "reasoning": 1e-4}
 # Token-matched comparison: every method but the baseline trains up to MATCH_TOKENS x the baseline's steps, and every
 # curve is read up to the tokens the baseline generated (its final accuracy is the accuracy at that budget). A method
