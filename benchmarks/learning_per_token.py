@@ -171,9 +171,9 @@ def up_to_budget(curve: dict[str, list[float]], budget: float | None) -> dict[st
     if budget is None or tokens[-1] <= budget:
         return {key: list(values) for key, values in curve.items()}
     end = next(i for i, x in enumerate(tokens) if x >= budget)
-    cut = {key: list(values[:end]) for key, values in curve.items()}
     if end == 0 or tokens[end] == budget:
         return {key: list(values[: end + 1]) for key, values in curve.items()}
+    cut = {key: list(values[:end]) for key, values in curve.items()}
     fraction = (budget - tokens[end - 1]) / (tokens[end] - tokens[end - 1])
     for key, values in curve.items():
         cut[key].append(values[end - 1] + fraction * (values[end] - values[end - 1]))

@@ -108,20 +108,27 @@ def test_positive_rule_streams_and_stops_each_prompt_on_its_own(toy_cold_dir, tm
         assert spy.cancelled
 
 
-def test_balanced_rule_trains_and_counts_every_token(toy_cold_dir, tmp_path, monkeypatch):
-    """Balanced rule: "a" (p = 0) and "b" (p = 1) can never hold both a right and a wrong answer, so both spend the
-    whole budget; "c" (p = 0.5) stops early. `ada/completion_tokens` counts every token the manager generated: the
-    requests it finished (kept, discarded or dropped after their prompt stopped) plus what cancelled ones had
-    generated, at most `max_completion_length` each."""
-    spy = CancelSpy(monkeypatch)
-    trainer = streaming_trainer(
+def never_always_coin_trainer(toy_cold_dir, tmp_path, **options):
+    """Prompts "a" (never right), "b" (always right) and "c" (a fair coin), one step (request ids restart every step:
+    the spy tells requests apart within one), a cache small enough that requests queue."""
+    return streaming_trainer(
         toy_cold_dir,
         tmp_path,
         bernoulli_reward({"a": 0.0, "b": 1.0, "c": 0.5}),
         "abc",
         max_steps=1,
         transformers_continuous_batching_config={**SMALL_CACHE, "max_batch_tokens": 32},
+        **options,
     )
+
+
+def test_balanced_rule_trains_and_counts_every_token(toy_cold_dir, tmp_path, monkeypatch):
+    """Balanced rule: "a" (p = 0) and "b" (p = 1) can never hold both a right and a wrong answer, so both spend the
+    whole budget; "c" (p = 0.5) stops early. `ada/completion_tokens` counts every token the manager generated: the
+    requests it finished (kept, discarded or dropped after their prompt stopped) plus what cancelled ones had
+    generated, at most `max_completion_length` each."""
+    spy = CancelSpy(monkeypatch)
+    trainer = never_always_coin_trainer(toy_cold_dir, tmp_path)
     trainer.train()
     (log,) = ada_logs(trainer)
     (result,) = spy.results
@@ -215,15 +222,7 @@ def test_the_benchmark_counter_counts_every_token_the_engine_generated(toy_cold_
     from trl_ada.demo import count_generated_tokens
 
     spy = CancelSpy(monkeypatch)
-    trainer = streaming_trainer(
-        toy_cold_dir,
-        tmp_path,
-        bernoulli_reward({"a": 0.0, "b": 1.0, "c": 0.5}),
-        "abc",
-        sampling_strategy="positive",
-        max_steps=1,  # request ids restart every step: the spy tells requests apart within one
-        transformers_continuous_batching_config={**SMALL_CACHE, "max_batch_tokens": 32},
-    )
+    trainer = never_always_coin_trainer(toy_cold_dir, tmp_path, sampling_strategy="positive")
     counter = count_generated_tokens(trainer)
     trainer.train()
     assert counter.calls == 1 and counter.completions == len(spy.finished_tokens)

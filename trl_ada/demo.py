@@ -85,20 +85,19 @@ def count_generated_tokens(trainer: Any) -> GenerationCounter:
     of requests aborted in flight and of completions finished after their prompt had stopped.
     """
     counter = GenerationCounter()
-    generate = trainer._generate_single_turn
-    streaming = getattr(trainer.args, "rollout_schedule", "rounds") == "streaming"
+    if getattr(trainer.args, "rollout_schedule", "rounds") != "streaming":
+        generate = trainer._generate_single_turn
 
-    def counted(prompt_ids, *args, **kwargs):
-        completion_ids, logprobs = generate(prompt_ids, *args, **kwargs)
-        if not streaming:
+        def counted(prompt_ids, *args, **kwargs):
+            completion_ids, logprobs = generate(prompt_ids, *args, **kwargs)
             counter.calls += 1
             counter.completions += len(completion_ids)
             counter.completion_tokens += sum(len(ids) for ids in completion_ids)
             counter.prompt_tokens += sum(len(ids) for ids in prompt_ids)
-        return completion_ids, logprobs
+            return completion_ids, logprobs
 
-    trainer._generate_single_turn = counted
-    if streaming:
+        trainer._generate_single_turn = counted
+    else:
         generate_batch = trainer._generate
 
         def counted_batch(prompts):
