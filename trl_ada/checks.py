@@ -14,11 +14,13 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from trl.trainer.utils import is_async_callable
+
+from .engine import ExitRule
 
 # Keyword arguments GRPOTrainer passes to every reward function besides the dataset columns.
 TRAINER_REWARD_KWARGS = frozenset(
@@ -96,6 +98,28 @@ def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], r
         )
     if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
         check_reward_columns(reward_funcs, getattr(kwargs.get("train_dataset"), "column_names", None))
+    check_prompt_column(kwargs.get("train_dataset"), "train")
+    evaluation = kwargs.get("eval_dataset")
+    for name, split in evaluation.items() if isinstance(evaluation, dict) else [("eval", evaluation)]:
+        check_prompt_column(split, name)
+
+
+def missing_prompt_column_message(split_name: str, columns: Sequence[str] | None) -> str | None:
+    """The error for a dataset split with no `prompt` column (None when it has one, or its columns are unknown, as
+    for some streamed datasets): GRPOTrainer would otherwise die at the first step with a bare `KeyError`."""
+    if columns is None or "prompt" in columns:
+        return None
+    return (
+        f"The {split_name} split has no 'prompt' column; its columns are {list(columns)}. Rename the question "
+        "column to 'prompt' (a string or a list of chat messages), or build the set with `trl-ada prepare`."
+    )
+
+
+def check_prompt_column(dataset: Any, split_name: str) -> None:
+    """Raise `ValueError` when `dataset` has known columns and none is `prompt`."""
+    message = missing_prompt_column_message(split_name, getattr(dataset, "column_names", None))
+    if message is not None:
+        raise ValueError(message)
 
 
 def check_prompt_id_column(column: str | None, columns: Sequence[str] | None) -> None:
@@ -316,3 +340,59 @@ def _first_failing_row(func: Callable, kwargs: dict[str, Any]) -> int | None:
 
 def _name(func: Any) -> str:
     return getattr(func, "__name__", None) or type(func).__name__
+
+
+@dataclass
+class SignalWatch:
+    """Warns once, `after` generation batches into training, when no completion has yet scored above
+    `positive_threshold` although the exit rule needs positives (a reward that never exceeds the threshold, e.g. a
+    0/0.5 reward under the default 0.7, makes every prompt spend its whole budget), and once when no prompt has yet
+    resolved. Fed each generation batch's totals over every process; returns the warnings to emit."""
+
+    exit_rule: ExitRule
+    positive_threshold: float
+    budget: int
+    after: int = 3
+    batches: int = 0
+    highest_reward: float = -math.inf
+    resolved: int = 0
+    warned: set[str] = field(default_factory=set)
+
+    def update(self, highest_reward: float, resolved: int) -> list[str]:
+        """Count one generation batch: the highest reward scored in it (-inf when none) and prompts resolved."""
+        self.batches += 1
+        self.highest_reward = max(self.highest_reward, highest_reward)
+        self.resolved += resolved
+        if self.batches < self.after:
+            return []
+        warnings = []
+        seen = f"{self.batches} generation batches"
+        if self.exit_rule.min_positives > 0 and self.highest_reward <= self.positive_threshold:
+            highest = "no reward scored" if self.highest_reward == -math.inf else f"{self.highest_reward:g}"
+            warnings.append(
+                self._once(
+                    "threshold",
+                    f"No completion has scored above positive_threshold={self.positive_threshold:g} in {seen} "
+                    f"(highest reward: {highest}), so no prompt can meet its exit rule and every prompt draws its "
+                    f"whole budget of {self.budget} completions. A completion is positive when its total reward is "
+                    "strictly greater than positive_threshold: set it below your reward's success value.",
+                )
+            )
+        elif self.resolved == 0 and self.exit_rule.min_positives + self.exit_rule.min_negatives > 0:
+            warnings.append(
+                self._once(
+                    "resolved",
+                    f"No prompt has met its exit rule in {seen} (ada/frac_resolved is 0): every prompt draws its "
+                    f"whole budget of {self.budget} completions. The rule needs {self.exit_rule.min_positives} "
+                    f"completion(s) above positive_threshold={self.positive_threshold:g} and "
+                    f"{self.exit_rule.min_negatives} at or below it; check the threshold against your rewards, or "
+                    "use sampling_strategy='positive' on a task where wrong answers are rare.",
+                )
+            )
+        return [warning for warning in warnings if warning]
+
+    def _once(self, key: str, message: str) -> str:
+        if key in self.warned:
+            return ""
+        self.warned.add(key)
+        return message

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
@@ -325,6 +327,14 @@ class ReinforceAdaConfig(GRPOConfig):
         super().__post_init__()  # first: GRPOConfig derives generation_batch_size, which the rules below read
         _validate(self)
 
+    def get_process_log_level(self) -> int:
+        """TrainingArguments' log level. transformers' `Trainer.__init__` calls it once, as
+        `args.get_process_log_level()`: the one moment this config meets the trainer that takes it, so it warns
+        there when that trainer is not a `ReinforceAdaTrainer` (a plain `GRPOTrainer` trains plain GRPO and ignores
+        every Reinforce-Ada field)."""
+        warn_unless_ada_trainer(sys._getframe(1).f_locals.get("self"))
+        return super().get_process_log_level()
+
     @property
     def uses_side_stream(self) -> bool:
         """Whether the trainer draws extra prompts from a side stream over the training set: `refill` takes
@@ -384,6 +394,21 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     for f in fields(ReinforceAdaConfig)
     if "choices" in f.metadata and f.name not in {g.name for g in fields(GRPOConfig)}
 }
+
+
+def warn_unless_ada_trainer(trainer: object) -> None:
+    """Warn when `trainer` is a transformers Trainer (GRPOTrainer, say) but not a `ReinforceAdaTrainer`."""
+    from transformers import Trainer
+
+    from .trainer import ReinforceAdaTrainer  # here: the trainer module imports this one
+
+    if isinstance(trainer, Trainer) and not isinstance(trainer, ReinforceAdaTrainer):
+        warnings.warn(
+            f"A ReinforceAdaConfig was passed to {type(trainer).__name__}, which ignores every Reinforce-Ada setting "
+            "and trains with its own sampling. Use trl_ada.ReinforceAdaTrainer with it for adaptive sampling.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _validate(config: ReinforceAdaConfig) -> None:

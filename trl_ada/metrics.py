@@ -153,12 +153,12 @@ class StepCounts:
         weights: Sequence[float],
         p_hat: list[float],
         first_draws: list[Moments],
-        generation_seconds: float,
+        seconds: tuple[float, float],
         skipped: int = 0,
     ) -> StepCounts:
         """This process's counts for a generation batch: its sampling `result`, each kept prompt's difficulty
-        weight, memory pass rate and first draws' reward moments, its sampling wall time, prompts selection
-        skipped."""
+        weight, memory pass rate and first draws' reward moments, its wall time generating and scoring (two
+        numbers), prompts selection skipped."""
         kept_pools = result.kept_pools
         summed = {
             "ada/completion_tokens": result.generated_tokens,
@@ -172,8 +172,10 @@ class StepCounts:
         # Rounds: the same on every process; streaming: each process's own.
         maxima = {
             "ada/in_flight_max": result.in_flight_max,
-            "ada/generation_seconds": generation_seconds,
+            "ada/generation_seconds": seconds[0],
+            "ada/reward_seconds": seconds[1],
             "ada/rounds": result.rounds,
+            "highest_reward": max((r for pool in result.pools for r in pool.scored_rewards), default=-math.inf),
         }
         sizes = [len(pool) for pool in kept_pools]
         return cls(Tally.of(kept_pools, list(weights)), p_hat, sizes, summed, maxima, first_draws)
@@ -218,13 +220,15 @@ def log_step(
 
 def step_metrics(counts: StepCounts, shown: Sequence[str], memory_size: int) -> dict[str, float]:
     """The step's `ada/*` metrics from every process's `StepCounts`: the tally's, the counters named in `shown`
-    (summed), the in-flight peak and generation time (maxima), the mean memory pass rate of the step's prompts, the
-    memory's size after the update, and the spread of samples per prompt (under `"estimate"`, the allocation)."""
+    (summed), the in-flight peak and the generation and scoring times (maxima), the mean memory pass rate of the
+    step's prompts, the memory's size after the update, and the spread of samples per prompt (under `"estimate"`,
+    the allocation)."""
     metrics = counts.tally.metrics(int(counts.maxima["ada/rounds"]))
     for name in shown:
         metrics[name] = float(counts.summed[name])
     metrics["ada/in_flight_max"] = float(counts.maxima["ada/in_flight_max"])
     metrics["ada/generation_seconds"] = counts.maxima["ada/generation_seconds"]
+    metrics["ada/reward_seconds"] = counts.maxima["ada/reward_seconds"]
     p_hat, sizes = counts.p_hat, counts.sizes
     metrics.update(
         {

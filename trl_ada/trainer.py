@@ -4,6 +4,7 @@ import os
 import random
 import textwrap
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from .checks import (
     ContextCheck,
     RewardFunctionError,
     RewardGuard,
+    SignalWatch,
     check_prompt_id_column,
     check_streaming_reward_models,
     check_trainer_setup,
@@ -100,6 +102,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
     }
 
     def __init__(self, model, reward_funcs=None, args: ReinforceAdaConfig | None = None, **kwargs):
+        model = os.fspath(model) if isinstance(model, os.PathLike) else model  # GRPOTrainer takes str or a model
         args = ReinforceAdaConfig(f"{_model_name(model).split('/')[-1]}-Reinforce-Ada") if args is None else args
         check_trainer_setup(args, ReinforceAdaConfig, kwargs, _as_list(reward_funcs))
         try:
@@ -113,6 +116,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
             check_streaming_reward_models(self.accelerator.state.deepspeed_plugin.zero_stage, self.reward_funcs)
         self.ada_schedule = args.schedule()
         self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
+        schedule = self.ada_schedule
+        self._ada_signal_watch = SignalWatch(schedule.exit_rule, schedule.positive_threshold, schedule.budget)
         check_prompt_id_column(args.prompt_id_column, getattr(self.train_dataset, "column_names", None))
         accelerator = self.accelerator
         self.ada_collectives = Collectives(accelerator.num_processes, accelerator.process_index, accelerator.device)
@@ -135,6 +140,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self._ada_step: _AdaStep | None = None
         self._ada_replay: tuple[list, list | None] | None = None
         self._ada_tool_counts: list[tuple[int, int, int]] | None = None
+        self._ada_reward_seconds = 0.0  # time in reward functions during the current generation batch
         context = getattr(self.model.config, "max_position_embeddings", None)
         self._ada_context_check = ContextCheck(context, self.max_completion_length, lambda text: logger.warning(text))
 
@@ -165,6 +171,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             stop = pilot_stop_rule(self.ada_memory, keys, self.num_generations, args.pilot_stop_threshold)
             pilot = Pilot(args.pilot_size, stop)
         io, marks, started = self._step_io(), metric_marks(self._metrics["train"], LENGTH_METRICS), time.perf_counter()
+        self._ada_reward_seconds = 0.0
         with self._step_rollout_state():
             if args.rollout_schedule == "streaming":
                 result, sampled = sample_streaming(io, unique_prompts, unique_inputs, refill, pilot)
@@ -172,7 +179,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 bounds, p_hat = args.samples_per_prompt_bounds, self.ada_memory.p_hat_many(keys)
                 sizes = allocate_step(p_hat, args.sampling_strategy, *bounds, args.allocation_rule)
                 result, sampled = sample_in_rounds(io, unique_prompts, unique_inputs, sizes, refill, pilot)
-        seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started - self._ada_reward_seconds  # generation (and sampling's own work)
         p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
         updates = memory_updates(keys, result.pools)
         self.ada_memory.update_many(collectives.gather_objects(updates))  # every rank's, in rank order
@@ -180,7 +187,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
             prompts, self._ada_inputs, starts, result.slots, unique_prompts, unique_inputs, self.num_generations
         )
         self._ada_step = step = _AdaStep.of(
-            result, sampled, args, self.reward_weights, self._rng(), p_hat, seconds, skipped
+            result,
+            sampled,
+            args,
+            self.reward_weights,
+            self._rng(),
+            p_hat,
+            (seconds, self._ada_reward_seconds),
+            skipped,
         )
         self._pending_extra_logs.update(sampled.extra_logs(step.kept))
         output = sampled.select(step.kept)
@@ -233,8 +247,20 @@ class ReinforceAdaTrainer(GRPOTrainer):
         and a failure raises here only; else the rewards are scored collectively and a failure raises everywhere."""
         guard = RewardGuard(self.reward_func_names)
         gather_locally = local_reward_gather(self.ada_collectives.num_processes) if local else nullcontext()
-        with _swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)), gather_locally:
+        user_metrics: defaultdict[str, list[float]] = defaultdict(list)
+        started = time.perf_counter()
+        with (
+            _swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)),
+            _swapped(self, "_pending_metrics", user_metrics),
+            gather_locally,
+        ):
             rewards = super()._calculate_rewards(rows, prompts, completions, completion_ids)
+        self._ada_reward_seconds += time.perf_counter() - started
+        # GRPOTrainer logs the mean of a reward function's `log_metric` values, one value per call. A step scores in
+        # many calls of different sizes (rounds, streamed batches), so each value counts once per completion its call
+        # scored: GRPOTrainer's flush (sum over count, across processes) then weights it by completions scored.
+        for name, values in user_metrics.items():
+            self._pending_metrics[name].extend(value for value in values for _ in completions)
         failure, step = guard.failure, self.state.global_step + 1
         message = reward_failure_message(failure, prompts, completions, prompt_indices, step)
         raising = Collectives() if local else self.ada_collectives  # streaming: raise on this process alone
@@ -352,9 +378,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
         the advantages actually used in the completions table (GRPOTrainer logged its group advantages there)."""
         args = self.args
         local = StepCounts.of(
-            step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.generation_seconds, step.skipped
+            step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.seconds, step.skipped
         )
         counts = sum(self.ada_collectives.gather_objects([local]), StepCounts())
+        for warning in self._ada_signal_watch.update(counts.maxima["highest_reward"], counts.tally.resolved):
+            if self.accelerator.is_main_process:  # the counts are every process's: one warning is enough
+                logger.warning(warning)
         shown = shown_counters(args.refill, args.prompt_selection != "none", args.pilot_size > 0)
         log_step(self._metrics["train"], counts, self.reward_func_names, shown, len(self.ada_memory))
         all_advantages = self.ada_collectives.gather_tensor(advantages).tolist()
@@ -380,7 +409,7 @@ class _AdaStep:
     kept: list  # handles of the kept rows: `num_generations` per prompt slot, in slot order
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
-    generation_seconds: float  # wall time of this process's sampling (generation and scoring) this step
+    seconds: tuple[float, float]  # this process's wall time this step: sampling without scoring, and scoring
     skipped: int = 0  # prompts prompt selection replaced before sampling
     first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
     pool_rewards_per_func: list[torch.Tensor] | None = None  # per kept pool (N, reward functions): normalize_then_sum
@@ -394,7 +423,7 @@ class _AdaStep:
         reward_weights: torch.Tensor,
         rng: random.Random,
         p_hat: list[float],
-        seconds: float,
+        seconds: tuple[float, float],
         skipped: int,
     ) -> _AdaStep:
         """Downsample each kept pool to `num_generations` rows (drawing from `rng`) and keep what the step needs."""

@@ -1,0 +1,165 @@
+"""Fail fast and say what to do: checks at construction, one-time warnings in training, honest reward-side metrics."""
+
+import math
+import random
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+from test_trainer import ada_logs, keyed_dataset, make_trainer
+from trl import GRPOTrainer
+
+from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
+from trl_ada import trainer as trainer_module
+from trl_ada.checks import SignalWatch
+from trl_ada.engine import ExitRule
+
+# -------------------------------------------------------------------------------------------------------------------
+# SignalWatch: hand-worked sequences
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_signal_watch_warns_once_after_three_batches_naming_the_highest_reward_and_threshold():
+    watch = SignalWatch(ExitRule(1, 0), positive_threshold=0.7, budget=32)
+    assert watch.update(0.5, 0) == [] and watch.update(0.25, 0) == []  # two batches: too early to say
+    (warning,) = watch.update(-math.inf, 0)  # a batch where nothing was scorable leaves the highest at 0.5
+    assert "positive_threshold=0.7" in warning and "highest reward: 0.5" in warning and "3 generation" in warning
+    assert "budget of 32" in warning
+    assert watch.update(0.5, 0) == []  # once only
+
+
+def test_signal_watch_warns_when_nothing_resolves_although_rewards_pass_the_threshold():
+    # Balanced 2+2: every group all right, so positives abound but no prompt ever gets its 2 negatives.
+    watch = SignalWatch(ExitRule(2, 2), positive_threshold=0.5, budget=16)
+    warnings_seen = [watch.update(1.0, 0) for _ in range(4)]
+    assert warnings_seen[:2] == [[], []] and warnings_seen[3] == []
+    (warning,) = warnings_seen[2]
+    assert "frac_resolved is 0" in warning and "needs 2 completion(s) above" in warning and "2 at or below" in warning
+
+
+@pytest.mark.parametrize(
+    ("rule", "highest", "resolved"),
+    [
+        (ExitRule(1, 0), 1.0, 1),  # a positive seen and a prompt resolved: all is well
+        (ExitRule(0, 0), 0.0, 0),  # uniform sampling: no exit rule, the threshold does not matter
+        (ExitRule(0, 1), 0.0, 3),  # a rule that needs no positives, met
+    ],
+)
+def test_signal_watch_is_silent_when_the_rule_can_be_met(rule, highest, resolved):
+    watch = SignalWatch(rule, positive_threshold=0.5, budget=8)
+    assert [watch.update(highest, resolved) for _ in range(5)] == [[]] * 5
+
+
+def half_reward(completions, **kwargs):
+    """A 0/0.5 reward (half credit for a right answer): never above the default positive_threshold of 0.7."""
+    return [0.5 * (i % 2) for i in range(len(completions))]
+
+
+def test_a_reward_that_never_passes_the_threshold_warns_once_in_training(toy_cold_dir, tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(trainer_module.logger, "warning", lambda message, *args: seen.append(message))
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path, half_reward, keyed_dataset("abcd"), max_steps=4, logging_steps=1,
+        sampling_strategy="positive", samples_per_round=4, max_rounds=2,
+    )  # fmt: skip
+    trainer.train()
+    threshold = [m for m in seen if "positive_threshold" in m]
+    assert len(threshold) == 1, seen
+    assert f"positive_threshold={trainer.args.positive_threshold:g}" in threshold[0]
+    assert "highest reward: 0.5" in threshold[0]
+    assert all(row["ada/frac_resolved"] == 0 and row["ada/samples_per_prompt"] == 8 for row in ada_logs(trainer))
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Construction: models given as paths, datasets without a prompt column, a config given to GRPOTrainer
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def cpu_args(tmp_path, config_cls=ReinforceAdaConfig, **kwargs):
+    settings = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", save_strategy="no")
+    return config_cls(**(settings | dict(per_device_train_batch_size=8, num_generations=4, max_steps=1) | kwargs))
+
+
+def test_a_pathlike_model_is_accepted(toy_cold_dir, tmp_path):
+    assert isinstance(toy_cold_dir, Path)
+    trainer = ReinforceAdaTrainer(
+        toy_cold_dir, half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+    )
+    assert trainer.model.config.name_or_path == str(toy_cold_dir)
+
+
+def test_a_dataset_without_a_prompt_column_fails_at_construction_naming_its_columns(tmp_path):
+    dataset = Dataset.from_list([{"question": "1+1?", "answer": "2"}])
+    # Checked before any model is loaded: a model name that does not exist must not be reached.
+    with pytest.raises(ValueError) as info:
+        ReinforceAdaTrainer("no/such-model", half_reward, args=cpu_args(tmp_path), train_dataset=dataset)
+    message = str(info.value)
+    assert "train split has no 'prompt' column" in message and "['question', 'answer']" in message
+    assert "trl-ada prepare" in message
+    with pytest.raises(ValueError, match="holdout split has no 'prompt' column"):
+        ReinforceAdaTrainer(
+            "no/such-model", half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"),
+            eval_dataset={"holdout": dataset},
+        )  # fmt: skip
+
+
+def test_reinforce_ada_config_given_to_plain_grpo_trainer_warns(toy_cold_dir, tmp_path):
+    with pytest.warns(UserWarning, match="ReinforceAdaConfig was passed to GRPOTrainer, which ignores"):
+        GRPOTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        try:
+            ReinforceAdaTrainer(
+                str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+            )
+        except UserWarning as warning:  # other UserWarnings (TRL's, torch's) are not ours to judge
+            assert "ReinforceAdaConfig was passed" not in str(warning)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# A reward function's log_metric and the time spent scoring
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_log_metric_is_weighted_by_the_completions_each_call_scored(toy_cold_dir, tmp_path):
+    rng, calls = random.Random(0), []
+
+    def coin_reward(completions, log_metric, **kwargs):
+        rewards = [float(rng.random() < 0.3) for _ in completions]
+        calls.append(rewards)
+        log_metric("coin_mean", sum(rewards) / len(rewards))  # this call's mean, as a user would log it
+        return rewards
+
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path, coin_reward, keyed_dataset("abcd"), max_steps=1, logging_steps=1,
+        sampling_strategy="balanced", samples_per_round=4, max_rounds=4,
+    )  # fmt: skip
+    trainer.train()
+    sizes = [len(rewards) for rewards in calls]
+    assert len(set(sizes)) > 1, sizes  # rounds of different sizes: the unweighted mean would differ
+    every_completion = [r for rewards in calls for r in rewards]
+    expected = sum(every_completion) / len(every_completion)
+    unweighted = sum(sum(r) / len(r) for r in calls) / len(calls)
+    assert abs(expected - unweighted) > 1e-3
+    (logged,) = [row["coin_mean"] for row in trainer.state.log_history if "coin_mean" in row]
+    assert logged == pytest.approx(expected, abs=1e-6)
+
+
+def test_reward_seconds_holds_the_time_in_reward_functions(toy_cold_dir, tmp_path):
+    calls = []
+
+    def slow_reward(completions, **kwargs):
+        calls.append(len(completions))
+        time.sleep(0.05)
+        return [float(i % 2) for i in range(len(completions))]
+
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path, slow_reward, keyed_dataset("ab"), max_steps=1, logging_steps=1,
+        sampling_strategy="balanced", samples_per_round=4, max_rounds=2,
+    )  # fmt: skip
+    trainer.train()
+    (row,) = ada_logs(trainer)
+    assert 0.05 * len(calls) <= row["ada/reward_seconds"] < 0.05 * len(calls) + 1.0
+    assert 0 < row["ada/generation_seconds"]
