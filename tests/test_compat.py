@@ -173,6 +173,9 @@ def test_the_rest_of_the_seam_list_is_where_compat_says():
     init = inspect.getsource(GRPOTrainer.__init__)
     for name in ("_pending_extra_logs", "_metrics", "_logs", "_last_loaded_step", "environment_factories"):
         assert f"self.{name} = " in init, name
+    # A reward's `log_metric` appends to `_pending_metrics`, which the step flushes as sum over count.
+    assert "self._pending_metrics[name].append(value)" in inspect.getsource(GRPOTrainer._log_metric)
+    assert "total / count" in step and "self._pending_metrics = " in init
     assert "self._tokenizer" in inspect.getsource(GRPOTrainer._generate)
     from trl.generation import vllm_generation
 

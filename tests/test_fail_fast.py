@@ -163,3 +163,63 @@ def test_reward_seconds_holds_the_time_in_reward_functions(toy_cold_dir, tmp_pat
     (row,) = ada_logs(trainer)
     assert 0.05 * len(calls) <= row["ada/reward_seconds"] < 0.05 * len(calls) + 1.0
     assert 0 < row["ada/generation_seconds"]
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Refill filtering on a named reward (DAPO filters on accuracy)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_step_io_refill_signal_reads_the_named_column_and_skips_what_the_exit_rules_skip():
+    import torch
+
+    from trl_ada.engine import Pool
+    from trl_ada.step_io import StepIO
+
+    table = torch.tensor([[1.0, 0.1], [1.0, 0.2], [0.0, 0.3], [float("nan"), 0.4]])  # (handle, function)
+    io = StepIO(*([None] * 17), refill_filter_column=0)
+    signal = io.refill_signal(lambda handles: table[handles])
+    pool = Pool(0.5)
+    pool.add([0, 1], [1.1, 1.2], 0)
+    assert not signal(pool)  # correctness 1, 1: no signal although the totals differ
+    pool.add([3], [0.4], 1)
+    assert not signal(pool)  # an unscored correctness value is left out
+    pool.add([2], [float("nan")], 2)
+    assert not signal(pool)  # a completion left out of the exit rules (NaN total) is left out here too
+    pool.add([2], [0.3], 3)
+    assert signal(pool)
+    assert StepIO(*([None] * 17)).refill_signal(lambda handles: table[handles]) is None  # the engine's default
+
+
+def test_refill_filter_reward_must_name_a_reward_function_and_needs_refill(toy_cold_dir, tmp_path):
+    with pytest.raises(ValueError, match="needs refill=True"):
+        cpu_args(tmp_path, refill_filter_reward="half_reward")
+    with pytest.raises(ValueError, match=r"names no reward function; the trainer's are \['half_reward'\]"):
+        ReinforceAdaTrainer(
+            str(toy_cold_dir), half_reward, args=cpu_args(tmp_path, refill=True, refill_filter_reward="accuracy"),
+            train_dataset=keyed_dataset("ab"),
+        )  # fmt: skip
+
+
+def test_refill_filters_on_the_named_reward_in_training(toy_cold_dir, tmp_path):
+    # `correct` gives every completion 1 (every group all right); `bonus` makes every total differ. Filtering on the
+    # total, nothing is refilled; filtering on `correct`, every slot is refilled up to the per-process limit.
+    def correct(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    noise = random.Random(0)
+
+    def bonus(completions, **kwargs):
+        return [noise.random() for _ in completions]
+
+    def refills(**overrides):
+        trainer = make_trainer(
+            toy_cold_dir, tmp_path, [correct, bonus], keyed_dataset("abcd"), max_steps=1, logging_steps=1,
+            sampling_strategy="uniform", refill=True, max_refills_per_step=3, **overrides,
+        )  # fmt: skip
+        trainer.train()
+        (row,) = ada_logs(trainer)
+        return row["ada/refills"]
+
+    assert refills() == 0
+    assert refills(refill_filter_reward="correct") == 3

@@ -152,6 +152,41 @@ def test_streaming_refill_starts_the_replacement_at_once():
     assert [p.rewards for p in result.kept_pools] == [rewards[2], rewards[1]]
 
 
+def accuracy_signal(correct: dict[int, list[float]]):
+    """A refill signal on a second reward column: handle (i, k)'s correctness is `correct[i][k]`."""
+    return lambda pool: len({correct[i][k] for i, k in pool.samples}) > 1
+
+
+def test_refill_signal_filters_on_the_named_column_not_the_total_rounds():
+    # Totals all differ (a length bonus), so the default filter keeps every pool; on correctness, prompt 0 (all
+    # right) is replaced by prompt 2, and prompt 1 (mixed) keeps its slot.
+    totals = {0: [1.1, 1.2, 1.3, 1.4], 1: [1.1, 0.2, 1.3, 0.4], 2: [1.0, 0.1, 0.2, 0.3]}
+    correct = {0: [1, 1, 1, 1], 1: [1, 0, 1, 0], 2: [1, 0, 0, 0]}
+    schedule = Schedule.from_strategy("uniform", 4)
+    refill, asked = counting_refill(2, limit=1)
+    script = Script(totals)
+    default = sample(2, schedule, _rounds(script), script.score, refill=refill)
+    assert asked == [] and default.slots == [0, 1]
+    refill, asked = counting_refill(2, limit=1)
+    script = Script(totals)
+    signal = accuracy_signal(correct)
+    filtered = sample(2, schedule, _rounds(script), script.score, refill=refill, refill_signal=signal)
+    assert asked == [0] and filtered.slots == [2, 1] and filtered.refills == 1
+
+
+def test_refill_signal_filters_on_the_named_column_not_the_total_streaming():
+    rewards = {0: [1.1, 1.2, 1.3, 1.4], 1: [1.1, 0.2, 1.3, 0.4], 2: [1.0, 0.1, 0.2, 0.3]}
+    correct = {0: [1, 1, 1, 1], 1: [1, 0, 1, 0], 2: [1, 0, 0, 0]}
+    outcomes = Outcomes.scripted(rewards, {i: [1.0] * 4 for i in rewards})
+    refill, asked = counting_refill(2, limit=1)
+    schedule = Schedule.from_strategy("uniform", 4)
+    signal = accuracy_signal(correct)
+    result = sample(
+        2, schedule, EventBackend(outcomes), outcomes.score, rollout="streaming", refill=refill, refill_signal=signal
+    )
+    assert asked == [0] and result.slots == [2, 1]
+
+
 def _rounds(script: Script) -> RoundsBackend:
     return RoundsBackend(script.generate)
 

@@ -122,6 +122,18 @@ def check_prompt_column(dataset: Any, split_name: str) -> None:
         raise ValueError(message)
 
 
+def refill_filter_column(name: str | None, reward_func_names: Sequence[str]) -> int | None:
+    """The column of the reward function `refill_filter_reward` names (None when it names none)."""
+    if name is None:
+        return None
+    if name not in reward_func_names:
+        raise ValueError(
+            f"refill_filter_reward={name!r} names no reward function; the trainer's are {list(reward_func_names)} "
+            "(a function's __name__, or a reward model's name)."
+        )
+    return list(reward_func_names).index(name)
+
+
 def check_prompt_id_column(column: str | None, columns: Sequence[str] | None) -> None:
     """`prompt_id_column` must name a column of the training set (when its columns are known)."""
     if column is not None and columns is not None and column not in columns:

@@ -28,7 +28,8 @@ each one that has a signature or a source line to check):
   call, streaming on several processes), `vllm_generation.sync_weights`, `_dist.summon_full_params`;
 - read or written: `_tokenizer`, `tools`, `environments`, `environment_factories`, `_batch_environments`,
   `_sync_tool_dicts`, `_async_tool_dicts` (per-rollout state that rounds rebuild and restore), `_last_loaded_step`,
-  `vllm_generation._llm_weights_sleeping`, `_pending_extra_logs`, `_metrics`, `_logs`, `continuous_batching_config`.
+  `vllm_generation._llm_weights_sleeping`, `_pending_extra_logs`, `_pending_metrics` (a reward's `log_metric` values,
+  weighted by completions scored), `_metrics`, `_logs`, `continuous_batching_config`.
 """
 
 from __future__ import annotations

@@ -131,6 +131,10 @@ class ReinforceAdaConfig(GRPOConfig):
         max_refills_per_step (`int` or `None`, *optional*, defaults to `None`):
             The most replacements each process makes per generation batch. `None`: as many as the process has
             prompts in the batch. A slot can be refilled again when its replacement also has no signal.
+        refill_filter_reward (`str` or `None`, *optional*, defaults to `None`):
+            The name of one reward function (as logged under `rewards/<name>/mean`) whose values decide whether a
+            pool has signal for refill: a pool is replaced when that function gives all its completions the same
+            value, as DAPO's recipe filters on accuracy. `None`: when the weighted total reward is the same.
         prompt_selection (`str`, *optional*, defaults to `"none"`):
             `"pass_rate"`: before sampling, a prompt whose memory counts make its next group almost surely all right
             or all wrong (`trl_ada.selection.no_signal_probability` >= `selection_threshold`) is sampled only with
@@ -286,6 +290,13 @@ class ReinforceAdaConfig(GRPOConfig):
     max_refills_per_step: int | None = field(
         default=None,
         metadata={"help": "Most replacements per process and generation batch. None: the process's prompts."},
+    )
+    refill_filter_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Refill replaces a pool whose values of this reward function (by name) are all equal, as DAPO "
+            "filters on accuracy. None: a pool whose weighted total rewards are all equal."
+        },
     )
     prompt_selection: str = field(
         default="none",
@@ -562,6 +573,11 @@ def _check_prompt_source(config: ReinforceAdaConfig) -> None:
     refills = config.max_refills_per_step
     if refills is not None and (isinstance(refills, bool) or not isinstance(refills, int) or refills < 0):
         raise ValueError(f"max_refills_per_step must be an integer >= 0 or None, got {refills!r}.")
+    if config.refill_filter_reward is not None and not config.refill:
+        raise ValueError(
+            f"refill_filter_reward={config.refill_filter_reward!r} chooses which pools refill replaces; it needs "
+            "refill=True."
+        )
     if config.refill and config.sampling_strategy == "estimate":
         raise ValueError(
             "refill=True needs an exit rule and a per-prompt budget to sample a replacement with; "

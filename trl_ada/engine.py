@@ -348,6 +348,8 @@ ScoreFn = Callable[[list[Request], list[Any]], Sequence[float]]
 # refill(prompt_index) -> the index of a fresh prompt to take over that prompt's slot (the next index: the caller has
 # just appended it), or None for no more refills. Called once per pool that ends with no signal.
 RefillFn = Callable[[int], "int | None"]
+# signal(pool) -> whether refill keeps the pool (default `has_signal`: any two total rewards differ).
+SignalFn = Callable[["Pool"], bool]
 
 
 def has_signal(pool: Pool) -> bool:
@@ -517,6 +519,7 @@ def sample(
     pool_order: str = "request",
     refill: RefillFn | None = None,
     pilot: Pilot | None = None,
+    refill_signal: SignalFn | None = None,
 ) -> SamplingResult:
     """Sample every prompt's pool for one step: the scheduler the trainer, the simulator and the benchmarks share.
 
@@ -540,6 +543,8 @@ def sample(
     takes over that prompt's slot and is sampled under the same schedule with a budget and `max_rounds` of its own,
     starting in the next round (rounds) or at once (streaming). `SamplingResult.slots` says which pool each of the
     `num_prompts` slots ends with; the replaced pools stay in `pools` (they were generated and scored).
+    `refill_signal` replaces `has_signal` in that test (e.g. one reward function's values differ, as DAPO filters on
+    accuracy).
 
     `pilot`, when given, makes every prompt (refills included) draw `pilot.size` completions first and stop there when
     `pilot.stops` holds (see `Pilot`); a stopped prompt's pool is its pilot, smaller than a group (`downsample`
@@ -558,13 +563,16 @@ def sample(
             )
     if pilot is not None and first_round_sizes is not None:
         raise ValueError("A pilot is a first round of its own; it cannot be combined with first_round_sizes.")
+    signal = refill_signal or has_signal
     if rollout == "rounds":
-        return _sample_in_rounds(num_prompts, schedule, backend, score, any_active, first_round_sizes, refill, pilot)
+        return _sample_in_rounds(
+            num_prompts, schedule, backend, score, any_active, first_round_sizes, refill, pilot, signal
+        )
     if first_round_sizes is not None:
         raise ValueError("Sizes fixed in advance (first_round_sizes) make one round with nothing to stream.")
     if max_in_flight is not None and max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1 (or None), got {max_in_flight}.")
-    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot).run()
+    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot, signal).run()
 
 
 def _refilled(refill: RefillFn, index: int, num_pools: int) -> int | None:
@@ -584,6 +592,7 @@ def _sample_in_rounds(
     first_round_sizes: list[int] | None,
     refill: RefillFn | None,
     pilot: Pilot | None = None,
+    signal: SignalFn = has_signal,
 ) -> SamplingResult:
     pools = [Pool(schedule.positive_threshold) for _ in range(num_prompts)]
     extra = 0 if pilot is None else 1  # the pilot is a round of each prompt's own, before the schedule's rounds
@@ -640,7 +649,7 @@ def _sample_in_rounds(
             if not stopped and not _is_finished(pools[i], schedule) and own_round + 1 < schedule.max_rounds + extra:
                 still_active.append(i)
                 continue
-            new = None if refill is None or has_signal(pools[i]) else _refilled(refill, i, len(pools))
+            new = None if refill is None or signal(pools[i]) else _refilled(refill, i, len(pools))
             if new is not None:
                 pools.append(Pool(schedule.positive_threshold))
                 started.append(rounds + 1)
@@ -688,9 +697,11 @@ class _Stream:
         pool_order: str,
         refill: RefillFn | None = None,
         pilot: Pilot | None = None,
+        signal: SignalFn = has_signal,
     ) -> None:
         self.schedule, self.backend, self.score = schedule, backend, score
         self.max_in_flight, self.pool_order, self.refill, self.pilot = max_in_flight, pool_order, refill, pilot
+        self.signal = signal  # which pools refill keeps
         self.prompts = [self._new_prompt() for _ in range(num_prompts)]
         self.owner: dict[int, int] = {}  # ticket -> prompt index
         self.slot_of = {i: i for i in range(num_prompts)}
@@ -771,7 +782,7 @@ class _Stream:
     def _replace(self, index: int) -> int | None:
         """Hand a prompt's slot to a fresh prompt (refill) if it has just stopped with no signal."""
         prompt = self.prompts[index]
-        if self.refill is None or not prompt.stopped or has_signal(prompt.pool) or index not in self.slot_of:
+        if self.refill is None or not prompt.stopped or self.signal(prompt.pool) or index not in self.slot_of:
             return None
         new = _refilled(self.refill, index, len(self.prompts))
         if new is None:

@@ -12,6 +12,7 @@ on one process every method returns its input and makes no collective call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from accelerate.utils import gather, gather_object
 if TYPE_CHECKING:
     from .backends.base import TokenBackend
     from .compat import GenerationOutput
-    from .engine import Schedule
+    from .engine import Pool, Schedule, SignalFn
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class StepIO:
             completions of every `num_generations`-th prompt). False with environments: each rollout's `reset`
             may make its prompt differ.
         mask_truncated: `mask_truncated_completions`: a truncated completion counts as neither positive nor negative.
+        refill_filter_column: the reward function (its column) whose values decide which pools refill keeps
+            (`refill_filter_reward`); None: the weighted total.
 
     Actions (each as GRPOTrainer does it, on this process's rows):
         prepare(prompts, rows): the prompts of one rollout per row, with TRL's per-rollout state (tools, environment
@@ -127,6 +130,23 @@ class StepIO:
     open_engine: Callable[[list[list[int]]], AbstractContextManager[TokenBackend]]
     replay: Callable[[list, list[list[int]], list | None], GenerationOutput]
     pop_extra_logs: Callable[[int], dict[str, list]]
+    refill_filter_column: int | None = None
+
+    def refill_signal(self, rewards_per_func: Callable[[list], torch.Tensor]) -> SignalFn | None:
+        """Which pools refill keeps: None for the engine's default (any two total rewards differ), or, with
+        `refill_filter_column`, a pool in which any two values of that reward function differ (`rewards_per_func`
+        reads a handle's rewards). Completions the exit rules leave out (NaN totals: unscorable, or truncated under
+        `mask_truncated`) are left out here too."""
+        column = self.refill_filter_column
+        if column is None:
+            return None
+
+        def differs(pool: Pool) -> bool:
+            values = rewards_per_func(pool.samples)[:, column].tolist() if pool.samples else []
+            kept = {v for v, total in zip(values, pool.rewards, strict=True) if not math.isnan(v + total)}
+            return len(kept) > 1
+
+        return differs
 
     def exit_rule_totals(self, totals: Sequence[float], completion_ids: Sequence[list[int]]) -> list[float]:
         """The totals the exit rules see. With `mask_truncated` GRPOTrainer masks a truncated completion out of the

@@ -30,6 +30,7 @@ from .checks import (
     check_trainer_setup,
     empty_prompt_message,
     missing_id_column_message,
+    refill_filter_column,
     reward_failure_message,
     server_unreachable_message,
 )
@@ -119,6 +120,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         schedule = self.ada_schedule
         self._ada_signal_watch = SignalWatch(schedule.exit_rule, schedule.positive_threshold, schedule.budget)
         check_prompt_id_column(args.prompt_id_column, getattr(self.train_dataset, "column_names", None))
+        self._ada_refill_filter_column = refill_filter_column(args.refill_filter_reward, self.reward_func_names)
         accelerator = self.accelerator
         self.ada_collectives = Collectives(accelerator.num_processes, accelerator.process_index, accelerator.device)
         self.ada_side_prompts = None  # the side stream refill and prompt selection draw from
@@ -223,6 +225,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             open_engine=lambda prompt_ids: open_streaming_engine(self, prompt_ids),
             replay=self._replay,
             pop_extra_logs=lambda num_rows: pop_columns(self._pending_extra_logs, num_rows),
+            refill_filter_column=self._ada_refill_filter_column,
         )
 
     def _generate_round(self, prompts: list, run_length: int) -> GenerationOutput:

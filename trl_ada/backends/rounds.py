@@ -60,6 +60,7 @@ def sample_in_rounds(
         first_round_sizes=sizes,
         refill=refill,
         pilot=pilot,
+        refill_signal=io.refill_signal(rollouts.rewards_per_func),
     )
     rollouts.ended = io.ended(rollouts.columns["completion_ids"])
     return result, rollouts

@@ -49,6 +49,7 @@ def sample_streaming(
                 max_in_flight=io.max_in_flight,
                 refill=None if refill is None else streamed.refill_and_tokenize,
                 pilot=pilot,
+                refill_signal=io.refill_signal(streamed.rewards_per_func),
             )
     except Exception as error:  # raised below on every process, or the others would wait forever
         if io.collectives.num_processes == 1:
