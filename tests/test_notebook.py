@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 KERNEL_NAME = "trl-ada-test-python"  # unique, so no installed kernel spec of the same name can shadow ours
-TIMEOUT = 600  # per cell, seconds; a warm cache runs the whole notebook in about a minute
+TIMEOUT = 600  # per cell, seconds; a warm cache runs the whole notebook in about two minutes
 
 PROBE = """
 import json, sys
@@ -34,7 +34,14 @@ print(json.dumps({
     "max_steps": config.max_steps,
     "accuracy_before": accuracy_before,
     "accuracy_after": accuracy_after,
-}))
+    "grpo_accuracy_after": grpo_accuracy_after,
+    "grpo_history": [{k: v for k, v in row.items() if isinstance(v, (int, float))} for row in grpo_history],
+    "grpo_tokens": grpo_tokens,
+    "ada_tokens": ada_tokens,
+    "ada_config": config.to_dict(),
+    "grpo_config": grpo_config.to_dict(),
+    "grpo_trainer": type(grpo_trainer).__name__,
+}, default=str))
 """
 
 
@@ -120,7 +127,30 @@ def test_training_logged_ada_metrics_in_range(executed):
 def test_notebook_draws_its_plots_and_stays_in_its_working_dir(executed):
     notebook, _, workdir = executed
     images = [out for cell in notebook.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
-    assert len(images) == 2  # the collapse curves and the three metric panels
+    assert len(images) == 2  # the collapse curves and the four metric panels
     errors = [out for cell in notebook.cells for out in cell.get("outputs", []) if out.output_type == "error"]
     assert not errors
     assert (workdir / "outputs" / "quickstart").is_dir()  # relative paths resolved in the temporary directory
+
+
+def test_grpo_baseline_is_plain_grpo_with_the_same_settings(executed):
+    _, probe, _ = executed
+    assert probe["grpo_trainer"] == "GRPOTrainer"
+    ada, grpo = probe["ada_config"], probe["grpo_config"]
+    differ = {name for name in grpo if name in ada and grpo[name] != ada[name]}
+    # Only where each run writes and what it is called may differ.
+    assert differ <= {"output_dir", "logging_dir", "run_name", "hub_model_id"}, differ
+    assert [row["step"] for row in probe["grpo_history"]] == list(range(1, probe["max_steps"] + 1))
+    assert 0.0 <= probe["grpo_accuracy_after"] <= 1.0
+
+
+def test_token_axes_count_what_each_run_generated(executed):
+    _, probe, _ = executed
+    ada_per_step = [row["ada/completion_tokens"] for row in probe["history"]]
+    assert probe["ada_tokens"][-1] == pytest.approx(sum(ada_per_step))
+    # GRPO: 16 prompts x 4 completions per step, each of its logged mean length; at most 8 tokens each.
+    grpo_per_step = [row["completions/mean_length"] * 64 for row in probe["grpo_history"]]
+    assert probe["grpo_tokens"][-1] == pytest.approx(sum(grpo_per_step))
+    assert all(0 < tokens <= 64 * 8 for tokens in grpo_per_step)
+    # Ada draws at least 8 completions per prompt: more tokens than GRPO's groups of 4 over the run.
+    assert probe["ada_tokens"][-1] > probe["grpo_tokens"][-1]

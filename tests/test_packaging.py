@@ -36,6 +36,17 @@ def test_every_subpackage_and_the_recipes_are_packaged():
     assert (ROOT / "trl_ada" / "py.typed").is_file() and "py.typed" in options["package_data"]["trl_ada"]
 
 
+def test_the_notebook_extra_installs_what_opening_the_notebook_needs():
+    extras = read_configuration(SETUP_CFG)["options"]["extras_require"]
+    names = {requirement.split(">")[0].split("=")[0].strip() for requirement in extras["notebook"]}
+    # A front end to open it in, a Python kernel to run it, and the plotting library its cells import.
+    assert names & {"jupyterlab", "notebook"} and {"ipykernel", "matplotlib"} <= names
+    imports = {"matplotlib", "transformers", "trl", "trl_ada"}
+    source = (ROOT / "notebooks" / "quickstart.ipynb").read_text()
+    found = {word for word in imports if f"import {word}" in source or f"from {word}" in source}
+    assert found == imports  # what the notebook imports: the extra's plotting library and the package's own deps
+
+
 # -------------------------------------------------------------------------------------------------------------------
 # The wheel, outside the checkout
 # -------------------------------------------------------------------------------------------------------------------
