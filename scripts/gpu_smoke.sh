@@ -17,7 +17,7 @@
 #
 # Needs, beyond what a PyTorch image has (torch with CUDA, transformers, accelerate, numpy, pandas, pyarrow, pyyaml,
 # tqdm, tokenizers, safetensors, huggingface-hub):
-#   trl        1.14.0 to 1.16.x (README: Compatibility)
+#   trl        1.14.0 to 1.16.x (docs/compatibility.md)
 #   datasets   >= 4.7, with its dill and multiprocess
 #   trl-ada    installed, or this checkout (put on PYTHONPATH here when trl_ada is not importable)
 # transformers >= 5.0 (>= 5.8 for continuous batching; part 1 skips that backend, saying so, on older ones) and
@@ -97,7 +97,7 @@ if [[ $VLLM == 0 ]]; then
 fi
 if ! "$PYTHON" -c "import vllm" 2>/dev/null; then
     echo "gpu_smoke.sh: part 2 (vLLM) skipped: vLLM is not installed for $PYTHON (TRL's supported vLLM versions are"
-    echo "in README.md: Compatibility). Part 1 covered transformers generation."
+    echo "in docs/compatibility.md). Part 1 covered transformers generation."
     exit 0
 fi
 

@@ -215,7 +215,7 @@ def default_process_factor(p: float, config) -> float:
 
 # Expected update per prompt, as a multiple of grad p (GRPO's objective E[p]), under the trainer's defaults
 # (sampling_strategy="balanced", 8 per round x 4 rounds, num_generations=8, balanced downsample, pool baseline,
-# scale_rewards="none"); the README's table "Under the defaults" lists the same numbers.
+# scale_rewards="none"); the table "Under the defaults" in docs/theory.md lists the same numbers.
 DEFAULT_FACTORS = {
     "none": {0.05: 3.65, 0.1: 3.148, 0.2: 1.999, 0.5: 1.0, 0.8: 1.999, 0.9: 3.148},
     "inv_sqrt_p": {0.05: 13.015, 0.1: 9.439, 0.2: 4.51, 0.5: 1.444, 0.8: 2.283, 0.9: 3.38},

@@ -49,7 +49,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl.data_utils import is_conversational
 
-# Keep in step with `install_requires` in setup.cfg and the matrix in README.md (Compatibility).
+# Keep in step with `install_requires` in setup.cfg and the matrix in docs/compatibility.md.
 SUPPORTED_TRL = SpecifierSet(">=1.14.0,<1.17")
 TRL_VERSION = Version(trl.__version__)
 

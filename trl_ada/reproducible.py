@@ -3,7 +3,7 @@
 Sampling makes RL chaotic: a last-bit difference in one logit can flip one sampled token, which changes a reward, a
 gradient and every number after it. Seeds alone are not enough; every floating-point operation must also run the
 same kernel in the same order. These environment variables are meant to pin that on any x86-64 CPU with AVX2 (checked
-on one such CPU: the README says what was measured):
+on one such CPU: docs/toy-task.md says what was measured):
 
 - ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``: one thread, so no reduction is split by core count. The toy
   model's matrices are too small to gain from more (benchmarks/README.md#threads-for-the-toy-model).
