@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from trl_ada.cli import UsageError
 from trl_ada.evaluate import (
     BENCHMARKS,
     BenchmarkResult,
@@ -63,9 +64,16 @@ def test_benchmark_selection():
     assert parse_local_benchmarks(["x=a.jsonl", "aime_like = b.jsonl"]) == {"x": "a.jsonl", "aime_like": "b.jsonl"}
     with pytest.raises(ValueError, match="use NAME=PATH"):
         parse_local_benchmarks(["a.jsonl"])
-    # default: all four, but the AIME-like set exists only as a local file
-    with pytest.raises(ValueError, match=r"'aime_like' has no Hub dataset: pass --benchmark aime_like=PATH"):
-        select_benchmarks(None, {})
+    # default: the three Hub sets; the AIME-like set exists only as a local file, so it is not in the default ...
+    chosen = select_benchmarks(None, {})
+    assert [(spec.name, source) for spec, source in chosen] == [
+        ("math500", "HuggingFaceH4/MATH-500"),
+        ("minerva", "math-ai/minervamath"),
+        ("olympiadbench", "Hothan/OlympiadBench"),
+    ]
+    # ... and naming it without a file says how to give one
+    with pytest.raises(UsageError, match=r"'aime_like' has no Hub dataset: pass --benchmark aime_like=PATH"):
+        select_benchmarks(["math500", "aime_like"], {})
     chosen = select_benchmarks(None, {"aime_like": "aime.jsonl"})
     assert [(spec.name, source) for spec, source in chosen] == [("aime_like", "aime.jsonl")]
     chosen = select_benchmarks(["math500", "aime_like"], {"aime_like": "aime.jsonl"})

@@ -202,6 +202,9 @@ def documented_commands() -> list[tuple[str, list[str]]]:
         for line in text.splitlines():
             line = re.sub(r"^(Data|Train):\s*", "", line.strip())
             line = re.sub(r"^([A-Z_]+=\S+\s+)+", "", line)  # CUDA_VISIBLE_DEVICES=... prefixes
+            line = re.sub(r"^trl-ada [\w-]+: .*Resume with: ", "", line)  # a printed message: the command it names
+            if re.match(r"^trl-ada [\w-]+: ", line):  # another message a command prints, not a command
+                continue
             if line.startswith(("trl-ada ", "accelerate launch ")):
                 commands.append((rel(path), shlex.split(line.split(" #")[0].rstrip(" &"))))
     return commands

@@ -1,31 +1,49 @@
 """`trl-ada train`: help, clear messages for bad input, data and model resolution, and real runs of toy-cpu.yaml."""
 
+import dataclasses
+import http.server
 import json
 import os
+import platform
+import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
+from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig
 
 from trl_ada import cli
+from trl_ada.config import ReinforceAdaConfig
+from trl_ada.model_names import HUB_CHECK_SECONDS
+from trl_ada.reproducible import PINNED_ENV
 from trl_ada.train import (
     LOG_COLUMNS,
     TOY_SPLIT_SIZES,
+    TrainScriptArguments,
     UsageError,
     check_precision,
+    describe,
+    interrupted_message,
     load_data,
     log_header,
     log_line,
     main,
     parse_args,
     resolve_model,
+    resolve_resume,
+    without_resume,
 )
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+REPO = Path(__file__).resolve().parent.parent
+RECIPES_DIR = REPO / "recipes"
 TOY_RECIPE = RECIPES_DIR / "toy-cpu.yaml"
 HAS_BF16_GPU = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
@@ -87,6 +105,7 @@ def test_flags_override_the_yaml(tmp_path):
 def test_log_line_lines_up_with_the_header():
     logs = {
         "reward": 0.5,
+        "ada/completion_tokens": 1234.0,
         "ada/rounds": 2.0,
         "ada/samples_per_prompt": 12.5,
         "ada/frac_resolved": 0.75,
@@ -95,7 +114,58 @@ def test_log_line_lines_up_with_the_header():
     header, line = log_header(), log_line(3, logs)
     assert len(header) == len(line)
     assert header.split() == ["step"] + [name for _, name, _ in LOG_COLUMNS]
-    assert line.split() == ["3", "0.500", "2", "12.50", "0.75", "0.25", "-"]
+    assert line.split() == ["3", "0.500", "1234", "2", "12.50", "0.75", "0.25", "-"]
+
+
+def train_help(capsys) -> list[str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def field_names(dtype) -> set[str]:
+    return {item.name for item in dataclasses.fields(dtype) if item.init}
+
+
+def test_help_lists_the_reinforce_ada_flags_first_under_their_own_heading(capsys):
+    lines = train_help(capsys)
+    lines = lines[lines.index("options:") :]  # after the description, whose examples name flags too
+    listed = [match.group(1) for line in lines if (match := re.match(r"^  (--\w+)", line))]
+    # Ada's flags: the fields ReinforceAdaConfig adds to GRPOConfig, and the one whose default it changes.
+    grpo = {item.name: item.default for item in dataclasses.fields(GRPOConfig)}
+    ada = {item.name for item in dataclasses.fields(ReinforceAdaConfig) if item.name not in grpo}
+    ada |= {
+        item.name for item in dataclasses.fields(ReinforceAdaConfig) if grpo.get(item.name) not in (None, item.default)
+    }
+    assert "scale_rewards" in ada and len(ada) > 20
+    assert listed[0] == "--config"  # after -h, --help
+    assert {flag[2:] for flag in listed[1 : 1 + len(ada)]} == ada  # right after --config, all together
+    heading = next(i for i, line in enumerate(lines) if line.startswith("Reinforce-Ada sampling"))
+    first_ada = next(i for i, line in enumerate(lines) if re.match(rf"^  {listed[1]}\b", line))
+    assert heading < first_ada < 60 and not any(line.startswith("  --") for line in lines[heading:first_ada])
+    # Regrouping lost no flag: every field of the four dataclasses is listed exactly once.
+    everything = set().union(*map(field_names, (TrainScriptArguments, ReinforceAdaConfig, ModelConfig,
+                                                 DatasetMixtureConfig)))  # fmt: skip
+    assert everything <= {flag[2:] for flag in listed} and len(listed) == len(set(listed))
+    assert train_help(capsys)[:2] == [
+        "usage: trl-ada train [--config RECIPE] [--FIELD VALUE ...]  (`trl-ada train --help` lists every field)",
+        "",
+    ]  # one line, not 239
+
+
+@pytest.mark.parametrize("entry", ["train.main", "cli.main"])
+def test_a_usage_error_prints_one_usage_line_and_the_error(entry, capsys):
+    argv = ["--config", str(TOY_RECIPE), "--sampling_strategy", "nope"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv) if entry == "train.main" else cli.main(["train", *argv])
+    assert exit_info.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err  # was 239 lines of usage before the error
+    assert err[0].startswith("usage: trl-ada train [--config RECIPE] [--FIELD VALUE ...]")
+    assert (
+        err[1].startswith("trl-ada train: error: argument --sampling_strategy") and "invalid choice: 'nope'" in err[1]
+    )
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -218,6 +288,125 @@ def test_config_validation_errors_are_reported_without_traceback(capsys):
 
 
 # -------------------------------------------------------------------------------------------------------------------
+# Model names: a local folder that is not there, a Hub id that cannot be had (no network in any of these)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """huggingface_hub's settings, pointed at an empty cache under tmp_path; offline unless a test says otherwise.
+    Everything set here is restored after the test (resolve_model may switch to offline itself)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "ENDPOINT", constants.ENDPOINT)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return constants
+
+
+def cache_model(cache: str, repo_id: str) -> None:
+    """Lay out a cached model as huggingface_hub does: refs/main names a snapshot holding the files."""
+    repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    (repo / "snapshots" / "0123abc").mkdir(parents=True)
+    (repo / "snapshots" / "0123abc" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abc")
+
+
+def run_failure(capsys, argv) -> str:
+    """Run main(argv), expect the runtime-failure exit code and return its one-line message."""
+    assert main(argv) == cli.EXIT_FAILURE
+    err = capsys.readouterr().err
+    message = err.strip().splitlines()[-1]
+    assert message.startswith("trl-ada train: error: ") and "Traceback" not in err
+    return message
+
+
+@pytest.mark.parametrize("name", ["./no/such/model", "/no/such/model", "~/no-such-model-here", "runs/a/b", "a\\b"])
+def test_a_missing_local_model_folder_is_one_line(tmp_path, capsys, name):
+    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", name))
+    assert err == f"trl-ada train: error: --model_name_or_path {name}: no such folder."  # no "Repo id must be..."
+
+
+def test_a_mistyped_folder_next_to_real_ones_is_named(tmp_path, capsys, monkeypatch):
+    (tmp_path / "runs" / "toy-cpu").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    # "runs/toy-cpx" could be a Hub id, but runs/ is a folder here: a path, with the close match named.
+    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs/toy-cpx"))
+    assert err.endswith("--model_name_or_path runs/toy-cpx: no such folder (did you mean runs/toy-cpu?).")
+    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs"))
+    assert "--model_name_or_path runs: a folder, but not a model: it has no config.json" in err
+
+
+def test_a_hub_name_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub):
+    start = time.monotonic()
+    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    assert time.monotonic() - start < 5
+    assert err == (
+        "trl-ada train: error: --model_name_or_path nobody/nothing: not a local folder, and not in the Hugging Face "
+        f"cache ({tmp_path / 'hub-cache'}), and HF_HUB_OFFLINE is set, so it cannot be downloaded: download it where "
+        "there is network (`hf download nobody/nothing`) and copy the cache here (or point HF_HOME at it), or pass a "
+        "local folder."
+    )
+
+
+def test_a_hub_name_with_the_hub_unreachable_fails_in_seconds(tmp_path, capsys, hub):
+    hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    start = time.monotonic()
+    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    assert time.monotonic() - start < HUB_CHECK_SECONDS  # huggingface_hub's own retries took about 25 s
+    assert (
+        f"not in the Hugging Face cache ({tmp_path / 'hub-cache'}), and the Hub ({hub.ENDPOINT}) cannot be reached ("
+        in err
+    )
+    assert "check the network (and HF_ENDPOINT or a proxy)" in err
+
+
+def test_a_cached_hub_model_is_used_offline_when_the_hub_is_unreachable(capsys, hub):
+    hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"
+    cache_model(hub.HF_HUB_CACHE, "somebody/cached")
+    assert resolve_model("somebody/cached") == "somebody/cached"
+    assert hub.HF_HUB_OFFLINE is True and os.environ["HF_HUB_OFFLINE"] == "1"  # loads from the cache, no retries
+    assert f"The Hub ({hub.ENDPOINT}) cannot be reached" in capsys.readouterr().err
+    hub.HF_HUB_OFFLINE = True
+    assert resolve_model("somebody/cached") == "somebody/cached"  # and offline, cached is enough
+
+
+def test_a_hub_that_answers_is_left_to_the_download(hub):
+    """Any HTTP answer, even 404, means the Hub is reachable: the name goes through for transformers to fetch."""
+    heads = []
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            heads.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{server.server_address[1]}"
+        assert resolve_model("somebody/uncached") == "somebody/uncached"
+    finally:
+        server.shutdown()
+    assert len(heads) == 1 and hub.HF_HUB_OFFLINE is False
+
+
+def test_a_model_that_does_not_load_is_one_line(tmp_path, capsys, toy_cold_dir):
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    (weightless / "config.json").write_text((toy_cold_dir / "config.json").read_text())
+    argv = cpu_args(tmp_path, "--config", str(TOY_RECIPE), "--model_name_or_path", str(weightless))
+    err = run_failure(capsys, argv)
+    assert err.startswith(f"trl-ada train: error: cannot load --model_name_or_path {weightless}: ")
+    assert "model.safetensors" in err  # transformers' own words for what is missing
+
+
+# -------------------------------------------------------------------------------------------------------------------
 # Data and model resolution
 # -------------------------------------------------------------------------------------------------------------------
 
@@ -253,12 +442,231 @@ def test_builtin_toy_dataset():
     assert not train_prompts & {row[0]["content"] for row in data["test"]["prompt"]}  # held-out problems
 
 
-def test_builtin_models_resolve_to_a_cached_folder(tmp_path, monkeypatch):
+def test_builtin_models_resolve_to_a_cached_folder(tmp_path, monkeypatch, hub):
     monkeypatch.setenv("TRL_ADA_CACHE", str(tmp_path))
     folder = Path(resolve_model("builtin:toy-cold"))
     assert folder.parent == tmp_path and (folder / "config.json").is_file()
     assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
-    assert resolve_model("Qwen/Qwen2.5-Math-1.5B") == "Qwen/Qwen2.5-Math-1.5B"  # not a built-in: unchanged
+    assert resolve_model(str(folder)) == str(folder)  # a local model folder: unchanged
+    cache_model(hub.HF_HUB_CACHE, "Qwen/Qwen2.5-Math-1.5B")
+    assert resolve_model("Qwen/Qwen2.5-Math-1.5B") == "Qwen/Qwen2.5-Math-1.5B"  # a cached Hub id: unchanged
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Resume and Ctrl-C
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def fake_checkpoint(folder: Path, step: int, complete: bool = True) -> Path:
+    """A checkpoint-N folder; an incomplete one (a save cut short) has no trainer_state.json, written last."""
+    checkpoint = folder / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    if complete:
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return checkpoint
+
+
+def test_resume_true_takes_the_latest_complete_checkpoint(tmp_path):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 2)
+    latest = fake_checkpoint(out, 10)  # by number: 10 after 2, though "checkpoint-10" < "checkpoint-2" as text
+    fake_checkpoint(out, 12, complete=False)
+    (out / "checkpoint-final").mkdir()
+    for value in ("true", "True", " TRUE ", True):
+        assert resolve_resume(value, str(out)) == str(latest)
+    for value in (None, "", "false", False):
+        assert resolve_resume(value, str(out)) is None
+    assert resolve_resume(str(out / "checkpoint-2"), str(out)) == str(out / "checkpoint-2")  # a path: as given
+
+
+def test_resume_errors_name_the_cause(tmp_path, capsys):
+    out = tmp_path / "out"
+    err = run_error(capsys, ["--config", str(TOY_RECIPE), "--output_dir", str(out), "--resume_from_checkpoint"])
+    assert err == (
+        f"trl-ada train: error: --resume_from_checkpoint true: no checkpoint to resume from in --output_dir {out} "
+        "(no checkpoint-N folder holding trainer_state.json). Pass the --output_dir of the run to resume, or a "
+        "checkpoint folder."
+    )
+    fake_checkpoint(out, 3)
+    fake_checkpoint(out, 4, complete=False)
+    with pytest.raises(UsageError, match=r"checkpoint-5: no such folder \(did you mean .*checkpoint-4 or .*-3\?\)"):
+        resolve_resume(str(out / "checkpoint-5"), str(out))
+    with pytest.raises(
+        UsageError, match=rf"{out}: not a checkpoint, it has no trainer_state.json; it holds checkpoint-3"
+    ):
+        resolve_resume(str(out), str(out))
+    with pytest.raises(UsageError, match=r"checkpoint-4: not a checkpoint, it has no trainer_state.json \(a save cut"):
+        resolve_resume(str(out / "checkpoint-4"), str(out))
+
+
+def test_without_resume_drops_every_spelling_of_the_flag():
+    tail = ["--max_steps", "5"]
+    for flag in (
+        ["--resume_from_checkpoint", "true"],
+        ["--resume_from_checkpoint"],
+        ["--resume-from-checkpoint", "out/checkpoint-2"],
+        ["--resume_from_checkpoint=out/checkpoint-2"],
+    ):
+        assert without_resume(["--config", "toy-cpu", *flag, *tail]) == ["--config", "toy-cpu", *tail]
+        assert without_resume(["--config", "toy-cpu", *tail, *flag]) == ["--config", "toy-cpu", *tail]
+
+
+def test_interrupted_before_any_checkpoint(tmp_path):
+    message = interrupted_message(str(tmp_path / "out"), ["--config", "toy-cpu", "--output_dir", "my run"])
+    assert message == (
+        f"trl-ada train: interrupted before any checkpoint was saved in {tmp_path / 'out'}: nothing to resume. Start "
+        "again with: trl-ada train --config toy-cpu --output_dir 'my run'"
+    )
+
+
+def short_run(model_dir, out: Path, max_steps: int, *extra: str) -> list[str]:
+    """A toy-cpu run shrunk to seconds: 4 prompts a step, no evaluation, a checkpoint every step."""
+    return [
+        "--config", str(TOY_RECIPE), "--model_name_or_path", str(model_dir), "--output_dir", str(out),
+        "--per_device_train_batch_size", "16", "--eval_strategy", "no", "--eval_on_start", "false",
+        "--save_steps", "1", "--max_steps", str(max_steps), *extra,
+    ]  # fmt: skip
+
+
+def printed_steps(stdout: str) -> list[int]:
+    """The steps of the compact per-step lines a run printed."""
+    return [int(line.split()[0]) for line in stdout.splitlines() if re.match(r"^ *\d+ +\d+\.\d{3} ", line)]
+
+
+def global_step(checkpoint: Path) -> int:
+    return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+
+
+@pytest.mark.slow
+def test_resume_true_and_the_bare_flag_go_on_from_the_latest_checkpoint(tmp_path, toy_cold_dir, capsys):
+    out = tmp_path / "out"
+    assert main(short_run(toy_cold_dir, out, 3)) == 0
+    assert printed_steps(capsys.readouterr().out) == [1, 2, 3]
+    first = {step: json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text()) for step in (1, 2)}
+    (out / "checkpoint-3" / "trainer_state.json").unlink()  # as a save cut short leaves it: not resumable
+
+    # `true`: from checkpoint-2 (transformers' get_last_checkpoint would pick the broken checkpoint-3).
+    assert main(short_run(toy_cold_dir, out, 4, "--resume_from_checkpoint", "true")) == 0
+    stdout = capsys.readouterr().out
+    assert f"Resuming from {out / 'checkpoint-2'} (step 2)" in stdout
+    assert printed_steps(stdout) == [3, 4]  # only the steps after the checkpoint were trained
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert state["log_history"][:2] == first[2]["log_history"]  # steps 1-2 carried over from checkpoint-2
+
+    # The bare flag, last on the line: from checkpoint-4.
+    assert main(short_run(toy_cold_dir, out, 5, "--resume_from_checkpoint")) == 0
+    stdout = capsys.readouterr().out
+    assert f"Resuming from {out / 'checkpoint-4'} (step 4)" in stdout and printed_steps(stdout) == [5]
+    assert global_step(out / "checkpoint-5") == 5 and global_step(out) == 5  # and the final trainer_state.json
+
+
+def train_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "trl_ada.cli", "train", *argv]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_names_the_last_checkpoint_and_the_command_that_resumes_it(tmp_path, toy_cold_dir):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    argv = short_run(toy_cold_dir, out, 1000)
+    process = train_process(argv, env)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoint-1" / "trainer_state.json").exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == cli.EXIT_INTERRUPTED
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    message = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(
+        r"trl-ada train: interrupted; last checkpoint: (\S+) \(step (\d+)\)\. Resume with: (.*)", message
+    )
+    assert match, message
+    # The latest checkpoint whose save finished, found here independently of the code under test.
+    complete = [path for path in out.glob("checkpoint-*") if (path / "trainer_state.json").exists()]
+    latest = max(complete, key=lambda path: int(path.name.split("-")[1]))
+    assert match.group(1) == str(latest) and int(match.group(2)) == global_step(latest)
+    command = shlex.split(match.group(3))
+    assert command == ["trl-ada", "train", *argv, "--resume_from_checkpoint", str(latest)]
+
+    # The command resumes: run it (with this checkout's module for `trl-ada`) one step further.
+    step = int(match.group(2))
+    resumed = subprocess.run(
+        [sys.executable, "-m", "trl_ada.cli", *command[1:], "--max_steps", str(step + 1)],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {latest} (step {step})" in resumed.stdout and printed_steps(resumed.stdout) == [step + 1]
+    assert global_step(out / f"checkpoint-{step + 1}") == step + 1
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# recipes/README.md shows what `trl-ada train --config toy-cpu` prints
+# -------------------------------------------------------------------------------------------------------------------
+
+RECIPES_README = RECIPES_DIR / "README.md"
+
+
+def readme_example() -> tuple[list[str], str]:
+    """The README's example output block of the toy-cpu run, and the paragraph after it."""
+    text = RECIPES_README.read_text()
+    start = text.index("```\nReinforce-Ada (balanced) on 1 process(es)") + 4
+    end = text.index("```", start)
+    return text[start:end].splitlines(), text[end : text.index("\n\n", end + 4)]
+
+
+def test_recipes_readme_example_has_the_lines_the_code_prints():
+    """Without training: the start-up line and the header are what the code prints for toy-cpu, and each step line
+    is what log_line prints for the numbers it shows (so a new or moved column cannot go unnoticed)."""
+    lines, _ = readme_example()
+    _, config, _, _ = parse_args(["--config", "toy-cpu"])
+    assert lines[0] == describe(config, num_processes=1)
+    assert lines[1] == log_header()
+    assert len(lines) == 5
+    for step, line in enumerate(lines[2:], 1):
+        cells = line.split()
+        logs = {name: float(cell) for (name, _, _), cell in zip(LOG_COLUMNS, cells[1:], strict=True)}
+        assert log_line(step, logs) == line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pinned numbers are x86-64 AVX2's")
+def test_recipes_readme_example_is_what_the_documented_command_prints(tmp_path):
+    """The documented command, pinned as the README says (only --output_dir added): the same lines, character for
+    character, and the 100-step summary the README gives, from the run's trainer_state.json."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "trl_ada.cli", "train", "--config", "toy-cpu", "--output_dir", str(out)]
+    env = {**os.environ, **PINNED_ENV, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines, summary = readme_example()
+    printed = result.stdout.splitlines()
+    start = printed.index(lines[0])
+    assert printed[start : start + 2] == lines[:2]
+    assert [line for line in printed if re.match(r"^ +[123] ", line)] == lines[2:]
+
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    steps = [row for row in history if "ada/rounds" in row]
+    assert len(steps) == 100 and sorted(row.get("step") for row in history if "eval_reward" in row) == [0, 50, 100]
+
+    def mean(name: str) -> float:
+        return sum(row[name] for row in steps) / len(steps)
+
+    evals = [f"{row['eval_reward']:.3f}" for row in history if "eval_reward" in row]
+    expected = (
+        f"averaged {mean('ada/completion_tokens'):.0f} completion tokens, {mean('ada/samples_per_prompt'):.1f} "
+        f"samples per prompt, {mean('ada/frac_resolved'):.2f} resolved, {mean('ada/frac_zero_std_first_round'):.2f} "
+        f"all-equal groups after one round and {mean('frac_reward_zero_std'):.2f} in the final groups; its held-out "
+        f"reward (`eval_reward`, 256 prompts x 4) went {' -> '.join(evals)} at steps 0, 50 and 100"
+    )
+    assert expected in " ".join(summary.split())
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == [f"checkpoint-{n}" for n in (100, 25, 50, 75)]
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -296,7 +704,12 @@ def test_toy_recipe_trains_saves_and_logs_ada_metrics(tmp_path, toy_cold_dir, ca
     printed = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
     assert [cells[0] for cells in printed] == ["1", "2", "3"]
     for cells, row in zip(printed, train_logs, strict=True):  # the progress line shows the logged values
-        assert float(cells[3]) == pytest.approx(row["ada/samples_per_prompt"], abs=0.005)
+        assert float(cells[2]) == row["ada/completion_tokens"]  # a count of tokens: printed whole
+        assert float(cells[4]) == pytest.approx(row["ada/samples_per_prompt"], abs=0.005)
+    # Every logged metric is kept next to the final model too (save_state), whatever report_to says: the
+    # checkpoint's history, then the end-of-training summary.
+    final = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert final[: len(state["log_history"])] == state["log_history"] and "train_runtime" in final[-1]
 
 
 @pytest.mark.slow

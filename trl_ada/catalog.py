@@ -16,6 +16,8 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from .cli import EXIT_OK, EXIT_USAGE
+
 ACCELERATE = "accelerate"  # the folder of `accelerate launch` configs: not training recipes
 SUFFIX = ".yaml"
 _PREFIX = "recipes/"  # accepted and ignored, so the checkout-relative paths of the docs also work as names
@@ -89,7 +91,8 @@ def describe(path: pathlib.Path) -> str:
     return ""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``trl-ada recipes``."""
     parser = argparse.ArgumentParser(
         prog="trl-ada recipes",
         description=__doc__.split("\n\n", 2)[2],
@@ -99,7 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     action.add_argument("--path", metavar="NAME", help="print the absolute path of a recipe or accelerate config")
     action.add_argument("--show", metavar="NAME", help="print a recipe or accelerate config")
     action.add_argument("--dir", action="store_true", help="print the folder holding them all")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trl-ada recipes``; exit code 2 for a name that is not packaged."""
+    args = build_parser().parse_args(argv)
     try:
         if args.path:
             print(find(args.path))
@@ -115,8 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{name.ljust(width)}  {describe(root / f'{name}{SUFFIX}')}")
     except RecipeNotFound as error:
         print(f"trl-ada recipes: error: {error.args[0]}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

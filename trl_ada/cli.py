@@ -2,12 +2,23 @@
 
 Each subcommand lives in its own module with a ``main(argv)`` function, imported only when used, so
 ``trl-ada simulate`` does not pay for importing TRL, and ``trl-ada demo`` can pin torch's numerics before torch loads.
+
+Exit codes, the same for every subcommand: 0 done; 1 the command was well formed but the run failed (no network, a
+model that cannot be loaded, data with nothing to keep); 2 a usage error (a bad flag or value, a file or folder named
+on the command line that does not exist), reported as one ``trl-ada <command>: error: ...`` line; 130 interrupted
+(Ctrl-C), as a shell reports a process ended by SIGINT.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2  # what argparse itself exits with on a bad flag
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 SUBCOMMANDS = {
     "train": ("trl_ada.train", "train with ReinforceAdaTrainer from a YAML recipe (file or packaged name) and flags"),
@@ -17,6 +28,35 @@ SUBCOMMANDS = {
     "simulate": ("trl_ada.simulate", "budget simulator: samples, rounds and signal per strategy, no model"),
     "demo": ("trl_ada.demo", "GRPO vs Reinforce-Ada on the built-in toy task, on CPU, reproducible bit for bit"),
 }
+
+
+class UsageError(ValueError):
+    """Input the user can fix on the command line; reported as one message, without a traceback, exit code 2."""
+
+
+class RunError(RuntimeError):
+    """A well-formed command that cannot run here (no network, a model that does not load); one message, exit 1."""
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Append ``(default: X)`` to the help of every option that has a default worth stating, and return ``parser``.
+
+    argparse's ArgumentDefaultsHelpFormatter would also print ``(default: None)``, ``(default: False)`` and
+    ``(default: [])``, and nothing at all for options without a help string. Options whose help already names their
+    default are left as they are. Lists are shown as they are typed: ``4 8 16``.
+    """
+    for action in parser._actions:
+        default = action.default
+        if not action.option_strings or default is None or default is False or default is argparse.SUPPRESS:
+            continue
+        if isinstance(default, list | tuple | str) and len(default) == 0:
+            continue
+        if action.help == argparse.SUPPRESS or "default" in (action.help or "").lower():
+            continue
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else str(default)
+        note = f"(default: {shown.replace('%', '%%')})"  # help strings are %-formatted by argparse
+        action.help = f"{action.help} {note}" if action.help else note
+    return parser
 
 
 def usage() -> str:
@@ -30,26 +70,31 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``trl-ada <command> [options]`` and return its exit code (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
-        return 0
+        return EXIT_OK
     if argv[0] in ("-V", "--version"):
         from . import __version__
 
         print(f"trl-ada {__version__}")
-        return 0
+        return EXIT_OK
     command, rest = argv[0], argv[1:]
     if command not in SUBCOMMANDS:
-        print(f"trl-ada: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        print(f"trl-ada: error: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return EXIT_USAGE
     if command == "demo":  # before anything imports torch: its kernels and MKL's are chosen when it loads
         from . import reproducible
 
         reproducible.pin()
-    module = importlib.import_module(SUBCOMMANDS[command][0])
-    result = module.main(rest)
-    return result if isinstance(result, int) else 0
+    try:
+        module = importlib.import_module(SUBCOMMANDS[command][0])
+        result = module.main(rest)
+    except KeyboardInterrupt:  # `trl-ada train` reports its own, with the checkpoint to resume from
+        print(f"\ntrl-ada {command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return result if isinstance(result, int) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -415,8 +415,14 @@ def _toy_run(spec: ToyMethod, seed: int, curve: HeldoutCurve, counter: Generatio
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``trl-ada demo``."""
+    from .cli import show_defaults
+
+    # prog: `trl-ada demo` runs this module's parser, whose default name would be that of the script (`trl-ada`).
+    parser = argparse.ArgumentParser(
+        prog="trl-ada demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps per method")
     parser.add_argument("--strategy", default="balanced", choices=["balanced", "positive"])
     parser.add_argument("--prompts-per-step", type=int, default=16)
@@ -429,7 +435,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="outputs/demo")
     parser.add_argument("--cache-dir", default=None, help="cache of built toy models (default ~/.cache/trl_ada)")
     parser.add_argument("--no-warmup", action="store_true", help="start from the untrained model (smoke tests)")
-    return parser.parse_args(argv)
+    return show_defaults(parser)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, ToyRun]:

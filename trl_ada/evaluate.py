@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .cli import EXIT_FAILURE, EXIT_USAGE, RunError, UsageError, show_defaults
 from .datasets_io import Problem, add_template_arguments, build_prompt, load_problems, template_from_args
 from .generation import Sampler, add_generation_arguments, sampler_from_args
+from .model_names import check_model_name
 from .rewards import resolve_reward, score_groups
 
 
@@ -59,7 +61,9 @@ _SPECS = (
     BenchmarkSpec("aime_like", "AIME-like", None, size=230),
 )  # fmt: skip
 BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in _SPECS}
-DEFAULT_BENCHMARKS = tuple(BENCHMARKS)
+# The default runs what can be loaded without a file: the Hub sets. The AIME-like set joins when given as a file.
+DEFAULT_BENCHMARKS = tuple(name for name, spec in BENCHMARKS.items() if spec.source is not None)
+LOCAL_ONLY = tuple(name for name, spec in BENCHMARKS.items() if spec.source is None)
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def parse_local_benchmarks(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"Bad --benchmark {item!r}: use NAME=PATH, e.g. aime_like=data/aime_like.jsonl.")
+            raise UsageError(f"Bad --benchmark {item!r}: use NAME=PATH, e.g. aime_like=data/aime_like.jsonl.")
         local[name.strip()] = path.strip()
     return local
 
@@ -128,7 +132,8 @@ def parse_local_benchmarks(items: Sequence[str]) -> dict[str, str]:
 def select_benchmarks(names: Sequence[str] | None, local: dict[str, str]) -> list[tuple[BenchmarkSpec, str]]:
     """The benchmarks to run with the source of each: a local file when given, else the spec's Hub dataset.
 
-    ``names`` None: the local ones if any were given, else all of :data:`BENCHMARKS`.
+    ``names`` None: the local ones if any were given, else :data:`DEFAULT_BENCHMARKS` (those on the Hub; the AIME-like
+    set exists only as a file, so it runs when named with ``--benchmark aime_like=PATH``).
     """
     if names is None:
         names = list(local) if local else list(DEFAULT_BENCHMARKS)
@@ -138,7 +143,7 @@ def select_benchmarks(names: Sequence[str] | None, local: dict[str, str]) -> lis
         source = local.get(name, spec.source)
         if source is None:
             known = "" if name in BENCHMARKS else f" (built-in benchmarks: {', '.join(BENCHMARKS)})"
-            raise ValueError(
+            raise UsageError(
                 f"Benchmark {name!r} has no Hub dataset{known}: pass --benchmark {name}=PATH (a local "
                 f".jsonl/.json/.parquet/.csv file), or leave it out of --benchmarks."
             )
@@ -180,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmarks",
         type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
         default=None,
-        help=f"comma-separated names (default: those given with --benchmark, else {','.join(DEFAULT_BENCHMARKS)})",
+        help=f"comma-separated names (default: those given with --benchmark, else the Hub sets "
+        f"{','.join(DEFAULT_BENCHMARKS)}; {', '.join(LOCAL_ONLY)} needs --benchmark NAME=PATH)",
     )
     data.add_argument(
         "--benchmark", action="append", default=[], metavar="NAME=PATH", help="a benchmark from a local file"
@@ -195,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--label", default=None, help="row label in the table (default: the model's folder name)")
     out.add_argument("--output-dir", required=True, type=pathlib.Path)
     out.add_argument("--save-samples", action="store_true", help="also write samples.jsonl (every completion)")
-    return parser
+    return show_defaults(parser)
 
 
 def evaluate(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[str, Any]:
@@ -203,8 +209,13 @@ def evaluate(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[s
 
     ``sampler`` replaces the one ``args`` would load (``--model`` then only labels the results).
     """
-    reward = resolve_reward(args.reward)
+    try:
+        reward = resolve_reward(args.reward)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     chosen = select_benchmarks(args.benchmarks, parse_local_benchmarks(args.benchmark))
+    if sampler is None:
+        args.model = check_model_name(args.model, flag="--model")  # a missing folder or unreachable Hub: seconds
     # Load every benchmark before the model, so a bad path or column fails in seconds, not after loading weights.
     loaded = [(spec, source, load_benchmark(spec, source, args)) for spec, source in chosen]
     system_prompt, suffix = template_from_args(args)
@@ -261,12 +272,16 @@ def evaluate(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trl-ada eval``; exit code 0 done, 1 the run failed (no Hub, a benchmark with no problems), 2 bad input."""
     args = build_parser().parse_args(argv)
     try:
         output = evaluate(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as error:  # bad input or no Hub: a message, no trace
+    except (UsageError, FileNotFoundError) as error:  # a bad flag value, or a file named on the command line
         print(f"trl-ada eval: error: {error}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
+    except (RunError, ValueError, ConnectionError) as error:  # bad data or no Hub: a message, no trace
+        print(f"trl-ada eval: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     print(f"avg@{output['num_samples']} ({output['num_problems']} problems) -> {args.output_dir / 'results.json'}")
     print(output["table"])
     return 0

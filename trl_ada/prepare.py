@@ -29,8 +29,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .cli import EXIT_FAILURE, EXIT_USAGE, RunError, UsageError, show_defaults
 from .datasets_io import Problem, add_template_arguments, build_prompt, load_problems, template_from_args
 from .generation import Sampler, SamplingSettings, add_generation_arguments, sampler_from_args
+from .model_names import check_model_name
 from .rewards import RewardFunc, resolve_reward, score_groups
 
 BANDS: dict[str, tuple[float, float]] = {"hard": (0.0, 0.125), "easy": (0.0, 0.313)}
@@ -44,9 +46,9 @@ def parse_band(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"Bad band {text!r}: use {' or '.join(BANDS)}, or 'LO,HI' such as '0,0.5'.") from None
+        raise UsageError(f"Bad band {text!r}: use {' or '.join(BANDS)}, or 'LO,HI' such as '0,0.5'.") from None
     if not 0 <= lo < hi <= 1:
-        raise ValueError(f"Bad band {text!r}: need 0 <= LO < HI <= 1 (the band is (LO, HI]).")
+        raise UsageError(f"Bad band {text!r}: need 0 <= LO < HI <= 1 (the band is (LO, HI]).")
     return lo, hi
 
 
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     selection.add_argument("--output-dir", required=True, type=pathlib.Path)
     selection.add_argument("--pass-rates-format", choices=("jsonl", "csv"), default="jsonl")
     selection.add_argument("--save-samples", action="store_true", help="also write samples.jsonl (every completion)")
-    return parser
+    return show_defaults(parser)
 
 
 def prepare(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[str, Any]:
@@ -149,7 +151,9 @@ def prepare(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[st
     ``sampler`` replaces the one ``args`` would load (``--model`` then only labels the summary).
     """
     band = parse_band(args.band)
-    reward = resolve_reward(args.reward)
+    reward = reward_from_args(args.reward)
+    if sampler is None:
+        args.model = check_model_name(args.model, flag="--model")  # a missing folder or unreachable Hub: seconds
     problems = load_problems(
         args.dataset,
         split=args.split,
@@ -215,13 +219,25 @@ def prepare(args: argparse.Namespace, sampler: Sampler | None = None) -> dict[st
     return summary
 
 
+def reward_from_args(name: str) -> RewardFunc:
+    """``--reward`` as a function; an unknown name is a usage error."""
+    try:
+        return resolve_reward(name)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trl-ada prepare``; exit code 0 done, 1 the run failed (no Hub, no prompt in the band), 2 bad input."""
     args = build_parser().parse_args(argv)
     try:
         summary = prepare(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as error:  # bad input or no Hub: a message, no trace
+    except (UsageError, FileNotFoundError) as error:  # a bad flag value, or a file named on the command line
         print(f"trl-ada prepare: error: {error}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
+    except (RunError, ValueError, ConnectionError) as error:  # bad data or no Hub: a message, no trace
+        print(f"trl-ada prepare: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     counts, (lo, hi) = summary["counts"], summary["band"]
     print(
         f"{summary['num_prompts']} prompts, {summary['num_samples']} samples each: {counts['band']} kept in "

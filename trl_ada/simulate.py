@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .allocation import ALLOCATION_RULES, allocate
+from .cli import EXIT_USAGE, show_defaults
 from .engine import ExitRule, Pool, Request, RoundsBackend, Schedule, Tally, downsample, sample, sample_adaptively
 from .memory import PassRateMemory
 from .prompt_stream import PromptStream, SidePrompts
@@ -578,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allocation-rule", default="inv_sqrt_p", choices=list(ALLOCATION_RULES), help="Est's allocation rule"
     )
     parser.add_argument("--plot", metavar="PNG", help="also save signal fraction vs samples per prompt")
-    return parser
+    return show_defaults(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -599,9 +600,9 @@ def main(argv: list[str] | None = None) -> int:
             args.allocation_rule,
         )
         outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed, args.epochs)
-    except ValueError as error:
-        print(f"trl-ada simulate: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as error:  # every one names a flag's value: usage errors
+        print(f"trl-ada simulate: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     print(
         f"{pass_rates.name}: {args.prompts} prompts x {args.epochs} epochs, {args.batch_size} per step, "
         f"seed {args.seed}; "

@@ -23,33 +23,43 @@ Datasets: a Hub name, a local .json/.jsonl/.parquet/.csv file (one split, "train
 
 Precision: GRPOConfig turns bf16 on by default. Without a bf16-capable GPU this command stops and says so instead of
 quietly training in fp32 on the CPU; pass ``--use_cpu true --bf16 false`` to train on the CPU on purpose.
+
+Resume: ``--resume_from_checkpoint PATH`` resumes from that checkpoint folder; ``--resume_from_checkpoint true``, or
+the bare flag, from the latest complete ``checkpoint-N`` in ``--output_dir``. Ctrl-C stops a run with one line
+naming its last checkpoint and the command that resumes it (exit code 130).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import json
+import os
 import pathlib
+import re
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers.trainer_callback import ProgressCallback
-from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser
+from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from .catalog import RecipeNotFound, resolve_config
+from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, RunError, UsageError, show_defaults  # shared by all
 from .config import ReinforceAdaConfig
+from .model_names import check_model_name, nearby
 
 BUILTIN_PREFIX = "builtin:"
 TOY_MODELS = {"builtin:toy": True, "builtin:toy-cold": False}  # name -> supervised warm-up
 TOY_DATASET = "builtin:toy"
 TOY_SPLIT_SIZES = {"train": 8192, "test": 256}
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
-class UsageError(ValueError):
-    """Input the user can fix; reported as one message, without a traceback."""
+PROG = "trl-ada train"
+RESUME_FLAG = "--resume_from_checkpoint"
+RESUME_LATEST = "true"  # what the bare flag means
 
 
 @dataclass
@@ -74,8 +84,18 @@ class TrainScriptArguments(ScriptArguments):
 # -------------------------------------------------------------------------------------------------------------------
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag once, in its underscore spelling: HfArgumentParser also accepts ``--dashed-names``, and listing both
+    doubled the width of every entry."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        first = action.option_strings[0]
+        flags = ", ".join(flag for flag in action.option_strings if flag == first or flag != first.replace("_", "-"))
+        if action.nargs == 0:
+            return flags
+        return f"{flags} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
 
 
 class TrainParser(TrlParser):
@@ -89,11 +109,86 @@ class TrainParser(TrlParser):
         return namespace, remaining
 
 
-def make_parser(prog: str = "trl-ada train") -> TrainParser:
+# (dataclass, heading, description) in the order `--help` lists them: what this package adds first.
+HELP_GROUPS: tuple[tuple[type, str, str], ...] = (
+    (
+        ReinforceAdaConfig,
+        "Reinforce-Ada sampling (ReinforceAdaConfig's own fields)",
+        "How many completions each prompt draws and which ones the loss sees. Everything else below is TRL's.",
+    ),
+    (TrainScriptArguments, "data and rewards", "Where the prompts come from and how completions are scored."),
+    (ModelConfig, "model (trl.ModelConfig)", "The policy, its precision, LoRA and quantization."),
+    (
+        GRPOConfig,
+        "training (trl.GRPOConfig and transformers.TrainingArguments)",
+        "Batches, optimizer, generation, logging, checkpoints.",
+    ),
+    (DatasetMixtureConfig, "dataset mixture (trl.DatasetMixtureConfig)", "A `datasets:` list in the YAML."),
+)
+
+
+def own_fields(dataclass_type: type) -> list[str]:
+    """The fields a dataclass declares itself (for ReinforceAdaConfig: the sampling fields, not GRPOConfig's)."""
+    return list(vars(dataclass_type).get("__annotations__", {}))
+
+
+def dataclass_field_names(dtype: type) -> list[str]:
+    """The names of a dataclass's fields, its parents' included (each one a flag)."""
+    return [item.name for item in dataclasses.fields(dtype) if item.init]
+
+
+def _group_help(parser: TrainParser) -> None:
+    """Move every flag from argparse's single "options" list into a heading per dataclass, Reinforce-Ada's first.
+
+    Only the help changes: parsing reads ``parser._actions``, which keeps every flag whatever its heading.
+    """
+    ada = set(own_fields(ReinforceAdaConfig))
+    owners = {name: index for index, (dtype, _, _) in enumerate(HELP_GROUPS) for name in dataclass_field_names(dtype)}
+    for name in ada:
+        owners[name] = 0  # scale_rewards is GRPOConfig's too: listed with Ada's, whose default ("none") it changes
+    groups = [parser.add_argument_group(title, description) for _, title, description in HELP_GROUPS]
+    remaining = []
+    for action in parser._optionals._group_actions:
+        index = owners.get(action.dest)
+        if index is None:
+            remaining.append(action)  # -h and --config stay on top
+        else:
+            groups[index]._group_actions.append(action)
+    parser._optionals._group_actions[:] = remaining
+    order = {name: position for position, name in enumerate(own_fields(ReinforceAdaConfig))}
+    groups[0]._group_actions.sort(key=lambda action: order[action.dest])  # as the class declares them
+    parser._action_groups[:] = [parser._optionals, *groups]  # no positional arguments to list
+
+
+def make_parser(prog: str = PROG) -> TrainParser:
+    """The parser of ``trl-ada train``: every field a flag, listed under one heading per dataclass, Ada's first.
+
+    The usage line is short (the full list would be some 270 flags long), so a usage error prints two lines.
+    """
     dataclass_types = (TrainScriptArguments, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig)
-    return TrainParser(
-        dataclass_types, prog=prog, description=__doc__.split("\n\n", 1)[1], formatter_class=_HelpFormatter
+    parser = TrainParser(
+        dataclass_types,
+        prog=prog,
+        usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...]  (`%(prog)s --help` lists every field)",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=_HelpFormatter,
     )
+    # TrlParser takes `--config PATH` out of the arguments before argparse sees them: this entry is for the help only
+    # (SUPPRESS keeps it out of the parsed namespace, which HfArgumentParser would return as an extra object).
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE",
+        default=argparse.SUPPRESS,
+        help="a YAML recipe: a file, or a packaged recipe's name (`trl-ada recipes` lists them); flags override it",
+    )
+    resume = next(action for action in parser._actions if action.dest == "resume_from_checkpoint")
+    resume.nargs, resume.const, resume.metavar = "?", RESUME_LATEST, "PATH|true"
+    resume.help = (
+        "A checkpoint folder to resume from; `true` (or the bare flag): the latest complete checkpoint-N in "
+        "--output_dir."
+    )
+    _group_help(parser)
+    return show_defaults(parser)
 
 
 def parse_args(
@@ -165,20 +260,22 @@ def check_vllm(training_args: ReinforceAdaConfig) -> None:
 # -------------------------------------------------------------------------------------------------------------------
 
 
-def resolve_model(name: str | None) -> str:
-    """A Hub id or local folder unchanged; a ``builtin:`` toy model's folder (the shipped warm model, or the cold one
-    built in the cache)."""
-    if not name:
-        raise UsageError(
-            "No model: pass --model_name_or_path (a Hub id, a local folder, or builtin:toy for the toy model)."
-        )
-    if not name.startswith(BUILTIN_PREFIX):
-        return name
-    if name not in TOY_MODELS:
-        raise UsageError(f"Unknown built-in model {name!r}: use one of {sorted(TOY_MODELS)}.")
-    from .toy import toy_model_dir
+def resolve_model(name: str | None, revision: str | None = None, flag: str = "--model_name_or_path") -> str:
+    """The folder or Hub id to load for ``name``, checked before any weights are read.
 
-    return str(toy_model_dir(warmup=TOY_MODELS[name]))  # file-locked: concurrent processes build it once
+    ``builtin:`` names give the toy model's folder (the shipped warm model, or the cold one built in the cache).
+    Anything else goes through :func:`trl_ada.model_names.check_model_name`: a missing local folder is a UsageError
+    ("no such folder"), a Hub id that can be neither downloaded nor read from the cache a RunError, both in seconds.
+    """
+    if not name:
+        raise UsageError(f"No model: pass {flag} (a Hub id, a local folder, or builtin:toy for the toy model).")
+    if name.startswith(BUILTIN_PREFIX):
+        if name not in TOY_MODELS:
+            raise UsageError(f"Unknown built-in model {name!r}: use one of {sorted(TOY_MODELS)}.")
+        from .toy import toy_model_dir
+
+        return str(toy_model_dir(warmup=TOY_MODELS[name]))  # file-locked: concurrent processes build it once
+    return check_model_name(name, revision, flag)
 
 
 def load_rewards(script_args: TrainScriptArguments) -> list[Any]:
@@ -186,7 +283,7 @@ def load_rewards(script_args: TrainScriptArguments) -> list[Any]:
 
     rewards: list[Any] = []
     if script_args.reward_model_name_or_path:
-        rewards.append(script_args.reward_model_name_or_path)
+        rewards.append(resolve_model(script_args.reward_model_name_or_path, flag="--reward_model_name_or_path"))
     for name in script_args.reward_funcs or []:
         try:
             rewards.append(resolve_reward(name))
@@ -271,9 +368,12 @@ def pick_splits(data, script_args: TrainScriptArguments, training_args: Reinforc
 # -------------------------------------------------------------------------------------------------------------------
 
 
-# One line per training log: (logged metric, header, format).
+# One line per training log: (logged metric, header, format). `tokens` is `ada/completion_tokens`: the completion
+# tokens generated for the step on all processes, every sample drawn included (not only the kept ones), which is
+# what adaptive sampling spends.
 LOG_COLUMNS = (
     ("reward", "reward", "{:6.3f}"),
+    ("ada/completion_tokens", "tokens", "{:8.0f}"),
     ("ada/rounds", "rounds", "{:6.0f}"),
     ("ada/samples_per_prompt", "samples", "{:7.2f}"),
     ("ada/frac_resolved", "resolved", "{:8.2f}"),
@@ -294,8 +394,9 @@ def log_line(step: int, logs: dict[str, float]) -> str:
 class AdaProgressCallback(ProgressCallback):
     """TRL's progress bar, printing one line of Ada metrics per training log instead of the full log dict.
 
-    Columns: mean reward, rounds run, samples drawn per prompt, share of prompts whose exit rule held, share of
-    groups with all-equal rewards after the first round (what GRPO would have trained on) and in the final groups.
+    Columns: mean reward of each prompt's first `num_generations` draws (the kept rows' is `ada/kept_reward`),
+    completion tokens generated, rounds run, samples drawn per prompt, share of prompts whose exit rule held, share
+    of groups with all-equal rewards after the first round (what GRPO would have trained on) and in the final groups.
     The full dict still goes to trainer_state.json and to `report_to`; evaluation logs print as before.
     """
 
@@ -312,6 +413,119 @@ class AdaProgressCallback(ProgressCallback):
 
 
 # -------------------------------------------------------------------------------------------------------------------
+# Checkpoints, resume and Ctrl-C
+# -------------------------------------------------------------------------------------------------------------------
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR folders
+TRAINER_STATE = "trainer_state.json"  # written last in a checkpoint: its presence marks a complete one
+
+
+def checkpoints(output_dir: str | os.PathLike) -> list[pathlib.Path]:
+    """The complete ``checkpoint-N`` folders of ``output_dir`` (holding ``trainer_state.json``), by step.
+
+    transformers' ``get_last_checkpoint`` takes the highest N even when that save was cut short (Ctrl-C, a full
+    disk) and cannot be resumed; such folders are left out here.
+    """
+    folder = pathlib.Path(output_dir).expanduser()
+    if not folder.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), child)
+        for child in folder.iterdir()
+        if (match := _CHECKPOINT.match(child.name)) and (child / TRAINER_STATE).is_file()
+    ]
+    return [child for _, child in sorted(found)]
+
+
+def checkpoint_step(checkpoint: pathlib.Path) -> int:
+    """The optimizer step a checkpoint was saved at, from its ``trainer_state.json``."""
+    return int(json.loads((checkpoint / TRAINER_STATE).read_text())["global_step"])
+
+
+def resolve_resume(value: str | bool | None, output_dir: str) -> str | None:
+    """``--resume_from_checkpoint`` as the path to resume from, or None to start afresh.
+
+    ``true`` (any case; also YAML's ``true`` and the bare flag): the latest complete checkpoint in ``output_dir``.
+    ``false`` or empty: none. Anything else is a checkpoint folder. TrainingArguments types the field as a string, so
+    without this "true" would be read as a folder named true.
+    """
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("", "false")):
+        return None
+    if value is True or value.strip().lower() == RESUME_LATEST:
+        found = checkpoints(output_dir)
+        if not found:
+            raise UsageError(
+                f"{RESUME_FLAG} true: no checkpoint to resume from in --output_dir {output_dir} (no checkpoint-N "
+                f"folder holding {TRAINER_STATE}). Pass the --output_dir of the run to resume, or a checkpoint folder."
+            )
+        return str(found[-1])
+    path = pathlib.Path(value).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"{RESUME_FLAG} {value}: no such folder{nearby(path)}.")
+    if not (path / TRAINER_STATE).is_file():
+        inside = [child.name for child in checkpoints(path)]
+        hint = (
+            f"; it holds {', '.join(inside)}: pass one of them, or --output_dir {value} {RESUME_FLAG} true"
+            if inside
+            else f" (a save cut short leaves such a folder; {RESUME_FLAG} true takes the latest complete one)"
+        )
+        raise UsageError(f"{RESUME_FLAG} {value}: not a checkpoint, it has no {TRAINER_STATE}{hint}.")
+    return str(path)
+
+
+def without_resume(argv: Sequence[str]) -> list[str]:
+    """``argv`` minus any ``--resume_from_checkpoint`` flag and its value (``--flag V``, ``--flag=V``, bare)."""
+    names = (RESUME_FLAG, RESUME_FLAG.replace("_", "-"))
+    kept, skip_value = [], False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue
+        if arg in names:
+            skip_value = True
+            continue
+        if arg.startswith(tuple(f"{name}=" for name in names)):
+            continue
+        kept.append(arg)
+    return kept
+
+
+def command_prefix(launcher: str) -> str:
+    """How this run was started, as far as it can be told from here: ``launcher`` (``trl-ada train``, or
+    ``python -m trl_ada.train``), except under a multi-process launcher, whose own flags are not visible here."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return "accelerate launch <your launch flags> -m trl_ada.train"
+    return launcher
+
+
+def interrupted_message(output_dir: str, argv: Sequence[str], launcher: str = PROG) -> str:
+    """The one line Ctrl-C ends ``trl-ada train`` with: the last complete checkpoint and the command resuming it."""
+    found = checkpoints(output_dir)
+    prefix = command_prefix(launcher)
+    if not found:
+        return (
+            f"{PROG}: interrupted before any checkpoint was saved in {output_dir}: nothing to resume. Start again "
+            f"with: {prefix} {shlex.join(without_resume(argv))}".rstrip()
+        )
+    last = found[-1]
+    return (
+        f"{PROG}: interrupted; last checkpoint: {last} (step {checkpoint_step(last)}). Resume with: "
+        f"{prefix} {shlex.join([*without_resume(argv), RESUME_FLAG, str(last)])}"
+    )
+
+
+def _close_progress_bar(trainer) -> None:
+    """End the progress bar's line, so the interruption message starts a line of its own."""
+    if trainer is None:
+        return
+    for callback in trainer.callback_handler.callbacks:
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+
+
+# -------------------------------------------------------------------------------------------------------------------
 # Main
 # -------------------------------------------------------------------------------------------------------------------
 
@@ -324,7 +538,7 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
 
     check_vllm(training_args)
     rewards = load_rewards(script_args)
-    model = resolve_model(model_args.model_name_or_path)
+    model = resolve_model(model_args.model_name_or_path, model_args.model_revision)
     if model_args.model_name_or_path in TOY_MODELS:
         from .toy import use_toy_threads
 
@@ -338,15 +552,23 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
         dtype=model_args.dtype,
     )
     training_args.model_init_kwargs = model_init_kwargs | (training_args.model_init_kwargs or {})
-    trainer = ReinforceAdaTrainer(
-        model=model,
-        reward_funcs=rewards,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-    )
+    try:
+        trainer = ReinforceAdaTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train,
+            eval_dataset=evaluation,
+            quantization_config=get_quantization_config(model_args),
+            peft_config=get_peft_config(model_args),
+        )
+    except OSError as error:
+        # transformers reports a model it cannot load (no such repository, a gated one, missing files) as an OSError
+        # naming it, chained to huggingface_hub's: its own message is the useful part.
+        if model not in str(error):
+            raise
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise RunError(f"cannot load --model_name_or_path {model}: {' '.join(lines)}") from None
     if not training_args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(AdaProgressCallback())
@@ -389,29 +611,52 @@ def end_run(trainer) -> None:
         trainer.end()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
+    """Run ``trl-ada train`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code: 0 done, 1 the run
+    failed before training (no network, a model that cannot be loaded), 2 a usage error, 130 Ctrl-C. ``launcher``
+    starts the command that Ctrl-C prints to resume the run (``python -m trl_ada.train`` when run as a module)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    trainer = training_args = None
     try:
         try:
-            script_args, training_args, model_args, dataset_args = parse_args(argv)
-        except ValueError as error:  # the configs' own validation names the fields to change: no traceback needed
-            raise UsageError(str(error)) from None
-        trainer = build_trainer(script_args, training_args, model_args, dataset_args)
-    except UsageError as error:
-        print(f"trl-ada train: error: {error}", file=sys.stderr)
-        return 2
+            try:
+                script_args, training_args, model_args, dataset_args = parse_args(argv)
+            except ValueError as error:  # the configs' own validation names the fields to change: no traceback
+                raise UsageError(str(error)) from None
+            resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+            training_args.resume_from_checkpoint = resume
+            trainer = build_trainer(script_args, training_args, model_args, dataset_args)
+        except UsageError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        except RunError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return EXIT_FAILURE
 
-    trainer.accelerator.print(describe(training_args, trainer.accelerator.num_processes))
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
-    if training_args.push_to_hub:
-        dataset_name = script_args.dataset_name
-        is_builtin = dataset_name is not None and dataset_name.startswith(BUILTIN_PREFIX)
-        trainer.push_to_hub(dataset_name=None if is_builtin else dataset_name)
-        trainer.accelerator.print(f"Model pushed to https://huggingface.co/{trainer.hub_model_id}")
-    end_run(trainer)
-    return 0
+        trainer.accelerator.print(describe(training_args, trainer.accelerator.num_processes))
+        if resume is not None:
+            trainer.accelerator.print(f"Resuming from {resume} (step {checkpoint_step(pathlib.Path(resume))})")
+        trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(training_args.output_dir)
+        trainer.save_state()  # trainer_state.json next to the model: every logged metric, whatever report_to says
+        trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+        if training_args.push_to_hub:
+            dataset_name = script_args.dataset_name
+            is_builtin = dataset_name is not None and dataset_name.startswith(BUILTIN_PREFIX)
+            trainer.push_to_hub(dataset_name=None if is_builtin else dataset_name)
+            trainer.accelerator.print(f"Model pushed to https://huggingface.co/{trainer.hub_model_id}")
+        end_run(trainer)
+        return 0
+    except KeyboardInterrupt:
+        # Ctrl-C: one line saying what is saved and how to go on, instead of a traceback from deep in the step.
+        _close_progress_bar(trainer)
+        if int(os.environ.get("RANK", "0")) == 0:  # once, from the main process
+            if training_args is None:
+                print(f"\n{PROG}: interrupted", file=sys.stderr)
+            else:
+                print(interrupted_message(training_args.output_dir, argv, launcher), file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(launcher="python -m trl_ada.train"))
