@@ -48,6 +48,7 @@ from transformers.trainer_callback import ProgressCallback
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from .catalog import RecipeNotFound, resolve_config
+from .checks import missing_prompt_column_message
 from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, RunError, UsageError, show_defaults  # shared by all
 from .config import ReinforceAdaConfig
 from .model_names import check_model_name, nearby
@@ -354,12 +355,11 @@ def pick_splits(data, script_args: TrainScriptArguments, training_args: Reinforc
             )
         evaluation = data[script_args.dataset_test_split]
     for split_name, split in (("train", train), ("eval", evaluation)):
-        columns = getattr(split, "column_names", None)  # None for some streamed datasets: nothing to check
-        if columns is not None and "prompt" not in columns:
-            raise UsageError(
-                f"The {split_name} split has no 'prompt' column; its columns are {columns}. Rename the question "
-                "column to 'prompt' (a string or a list of chat messages), or build the set with `trl-ada prepare`."
-            )
+        # The trainer checks this too; here it is a usage error, before any model loads. None for some streamed
+        # datasets: nothing to check.
+        message = missing_prompt_column_message(split_name, getattr(split, "column_names", None))
+        if message is not None:
+            raise UsageError(message)
     return train, evaluation
 
 
