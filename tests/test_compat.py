@@ -182,6 +182,37 @@ def test_the_rest_of_the_seam_list_is_where_compat_says():
     assert "self._llm_weights_sleeping = " in inspect.getsource(vllm_generation)
 
 
+def test_checkpoint_seams_are_where_trl_ada_checkpoints_expects_them():
+    """What a checkpoint saved inside a generation batch restores, and what the staged save redirects."""
+    import transformers.trainer_utils
+    from transformers import Trainer
+
+    # GRPOTrainer's generation window: it generates when its micro-step count starts a window or its buffer is
+    # empty (a fresh resume), else trains a slice of the buffer. Restoring both resumes inside the window.
+    prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "generate_every = self.args.steps_per_generation * self.num_iterations" in prepare
+    assert "if self._step % generate_every == 0 or self._buffered_inputs is None:" in prepare
+    assert "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]" in prepare
+    assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
+    init = inspect.getsource(GRPOTrainer.__init__)
+    assert "self._step = 0" in init and "self._buffered_inputs = None" in init
+    # Every folder Trainer's and TRL's save code write a checkpoint into comes from `_get_output_dir`.
+    for save in (Trainer._save_checkpoint, GRPOTrainer._save_checkpoint):
+        assert "self._get_output_dir(trial=trial)" in inspect.getsource(save)
+    assert parameters(Trainer._push_from_checkpoint) == ["self", "checkpoint_folder"]
+    assert hasattr(Trainer, "_rotate_checkpoints") or hasattr(transformers.trainer_utils, "rotate_checkpoints")
+    # The training sampler: seeded once with the run's seed, one permutation per epoch, and no set_epoch of its own
+    # (EpochSeededSampler adds it).
+    assert parameters(GRPOTrainer._get_train_sampler) == ["self", "dataset"]
+    sampler = inspect.getsource(GRPOTrainer._get_train_sampler)
+    assert "return RepeatSampler(" in sampler and "seed=self.args.seed" in sampler
+    repeat_sampler = grpo_trainer.RepeatSampler
+    assert "self.generator.manual_seed(seed)" in inspect.getsource(repeat_sampler.__init__)
+    iterate = inspect.getsource(repeat_sampler.__iter__)
+    assert iterate.count("torch.randperm(self.num_samples, generator=self.generator)") == 1
+    assert not hasattr(repeat_sampler, "set_epoch")
+
+
 def test_local_reward_gather_patches_only_where_there_are_several_processes(monkeypatch):
     """One process: TRL's own gather already returns its input, so nothing is patched; several: the module-level
     gather is the identity inside the call and TRL's again after it, even when the call raises."""

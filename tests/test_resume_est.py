@@ -42,9 +42,7 @@ def run(model_dir, out_dir, monkeypatch, resume=None, stop_at=None):
     allocations made (memory p_hat in, samples out) and the trainer. With seed 0 TRL's sampler visits the rows in the
     order 4 0 7 3 2 5 1 6, so the steps draw (a, b), (c, d), (a, c), (b, d): steps 3 and 4 revisit prompts.
 
-    The resume point stays inside the epoch: TRL's RepeatSampler has no `set_epoch`, so a run resumed exactly at an
-    epoch boundary replays the first epoch's shuffle instead of drawing the next one (plain GRPOTrainer too), and its
-    prompts, hence its allocation, would differ from an uninterrupted run's."""
+    The resume point stays inside the epoch; resuming in later epochs is covered in test_resume.py."""
     step_keyed_reward.drawn = defaultdict(int)
     made = []
 

@@ -22,14 +22,22 @@ each one that has a signature or a source line to check):
 - overridden: `_generate`, `_generate_single_turn` (1.14.0 reads the run length from `self.num_generations`, later
   releases take it as an argument that `_generate` fills from `self.num_generations`: trl-ada sets that attribute for
   each round either way), `_calculate_rewards`, `_generate_and_score_completions`, `_tool_call_loop` (its output
-  tuple, `ToolLoopOutput`), `_save_checkpoint` and `train`;
-- called: `_tokenize_prompts`, `_get_output_dir`, GRPOTrainer's `_generate` output (the 8-tuple `GenerationOutput`
-  names), `_calculate_rewards` ending with the module-level `gather` (`local_reward_gather` makes it local for one
-  call, streaming on several processes), `vllm_generation.sync_weights`, `_dist.summon_full_params`;
+  tuple, `ToolLoopOutput`), `_save_checkpoint`, `train` and `_get_train_sampler` (wrapped, for `set_epoch`);
+- called: `_tokenize_prompts`, `_get_output_dir` (and replaced on the instance while a checkpoint is written, so
+  Trainer's and TRL's save code write into the staging folder), GRPOTrainer's `_generate` output (the 8-tuple
+  `GenerationOutput` names), `_calculate_rewards` ending with the module-level `gather` (`local_reward_gather` makes
+  it local for one call, streaming on several processes), `vllm_generation.sync_weights`, `_dist.summon_full_params`,
+  Trainer's `_push_from_checkpoint`;
 - read or written: `_tokenizer`, `tools`, `environments`, `environment_factories`, `_batch_environments`,
   `_sync_tool_dicts`, `_async_tool_dicts` (per-rollout state that rounds rebuild and restore), `_last_loaded_step`,
   `vllm_generation._llm_weights_sleeping`, `_pending_extra_logs`, `_pending_metrics` (a reward's `log_metric` values,
-  weighted by completions scored), `_metrics`, `_logs`, `continuous_batching_config`.
+  weighted by completions scored), `_metrics`, `_logs`, `continuous_batching_config`, and `_step`,
+  `_buffered_inputs`, `num_iterations` (`_prepare_inputs`' generation window, saved with a checkpoint saved inside it
+  and restored on resume: `trl_ada.checkpoints`).
+
+Checkpoint rotation is Trainer's `_rotate_checkpoints` method in transformers 5.0 and the module-level
+`transformers.trainer_utils.rotate_checkpoints` by 5.17; `trl_ada.checkpoints.rotate_checkpoints` calls whichever
+the installed release has.
 """
 
 from __future__ import annotations

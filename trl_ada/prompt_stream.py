@@ -3,8 +3,13 @@
 Each epoch is a permutation of the dataset's row indices, shuffled with the run's seed and the epoch number; process
 `rank` of `world_size` takes every `world_size`-th position of it, so processes draw disjoint rows and no process
 draws a row twice within an epoch. The state (epoch and position) is two integers per process, saved with each
-checkpoint (`save_stream_states`, `load_stream_state`), so a resumed run draws exactly the rows an uninterrupted one
-would.
+checkpoint (`save_stream_states`, `load_stream_state`), so a run resumed from any checkpoint continues the sequence
+exactly where an uninterrupted run was, given the same dataset, seed and number of processes (otherwise loading
+raises). A checkpoint saved inside a generation batch, whose refills were drawn already, also holds that batch
+(`trl_ada.checkpoints`): the resumed run trains it without drawing them again. How many rows a later step draws
+depends on its completions (refill replaces groups without signal; selection reads the memory), so a run resumed
+with generation whose RNG no checkpoint holds (vLLM's) draws the same sequence but may split it across steps
+differently, as another run would.
 
 `SidePrompts` is what the trainer draws from: the stream over the dataset's rows, prompt selection's test
 (`select`), refill's callback (`refill_fn`), and `retarget_rows`, which points a group of the step's rows at the

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from transformers.utils import logging
 from trl import GRPOTrainer
@@ -20,6 +21,14 @@ from .advantages import advantage_options, pool_advantages
 from .allocation import allocate_step
 from .backends.rounds import Rollouts, sample_in_rounds
 from .backends.streaming import Streamed, sample_streaming
+from .checkpoints import (
+    EpochSeededSampler,
+    StagedCheckpoint,
+    load_generation_batch,
+    output_dir_problem,
+    rotate_checkpoints,
+    save_generation_batch,
+)
 from .checks import (
     ContextCheck,
     RewardFunctionError,
@@ -83,7 +92,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
     - `_tool_call_loop`: counts tool calls, for one `tools/*` entry per step;
     - `_calculate_rewards`: returns the rewards computed during sampling (nothing is scored twice);
     - `_generate_and_score_completions`: puts pool-level advantages in and logs `ada/*` metrics;
-    - `_save_checkpoint`, `train`: save and restore the pass-rate memory and the side stream's position.
+    - `_save_checkpoint`, `train`: write each checkpoint under a temporary name, renamed once complete; save and
+      restore the pass-rate memory, the side stream's position and a generation batch in flight
+      (`trl_ada.checkpoints`); check that `output_dir` can be written to before training;
+    - `_get_train_sampler`: GRPOTrainer's sampler, which a resumed run positions at its epoch.
     """
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
@@ -308,25 +320,69 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return random.Random(f"{prefix}-{batch}" if batch else prefix)
         return random.Random(f"{prefix}-{batch}-{purpose}")
 
+    def _get_train_sampler(self, dataset=None):
+        """GRPOTrainer's sampler, which a resumed run positions at its epoch (`EpochSeededSampler`)."""
+        return EpochSeededSampler(super()._get_train_sampler(dataset))
+
     def _save_checkpoint(self, model, trial) -> None:
-        """Write the pass-rate memory (and the side stream's position on every process) into the checkpoint folder
-        too, before the rest, so a Hub push includes them."""
+        """Write the checkpoint under a temporary name and rename it once complete (`trl_ada.checkpoints`), with the
+        pass-rate memory, the side stream's position on every process, and, when saved inside a generation batch,
+        each process's buffer of that batch."""
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged = StagedCheckpoint(self._get_output_dir(trial=trial), name)
         streams = None
         if self.ada_side_prompts is not None:  # every process calls this, so the gather is safe
             streams = self.ada_collectives.gather_objects([self.ada_side_prompts.stream.state_dict()])
         if self.args.should_save:
-            checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            output_dir = os.path.join(self._get_output_dir(trial=trial), checkpoint)
-            os.makedirs(output_dir, exist_ok=True)
-            self.ada_memory.save(output_dir)
-            if streams is not None:
-                save_stream_states(output_dir, streams)
-        super()._save_checkpoint(model, trial)
+            staged.clear()
+        self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before it is cleared
+        try:
+            os.makedirs(staged.staged, exist_ok=True)
+            if self.args.should_save:
+                self.ada_memory.save(staged.staged)
+                if streams is not None:
+                    save_stream_states(staged.staged, streams)
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            if self._step % generate_every and self._buffered_inputs is not None:  # inside GRPOTrainer's window
+                index = self.accelerator.process_index
+                save_generation_batch(staged.staged, index, self._step, generate_every, self._buffered_inputs)
+            # The Trainer (and TRL after it) writes into the staging folder; the Hub push waits for the rename.
+            self._get_output_dir = lambda trial=None: staged.root
+            with _swapped(self.args, "push_to_hub", False):
+                super()._save_checkpoint(model, trial)
+        except BaseException:
+            if self.args.should_save:
+                staged.clear()
+            raise
+        finally:
+            self.__dict__.pop("_get_output_dir", None)
+        self._publish_checkpoint(staged)
+
+    def _publish_checkpoint(self, staged: StagedCheckpoint) -> None:
+        """Rename a complete staged checkpoint once every process has written its files, then rotate and push as the
+        Trainer's save would have. Every process returns once the checkpoint has its final name."""
+        if self.state.best_model_checkpoint == staged.staged:  # the Trainer recorded the folder it wrote to
+            self.state.best_model_checkpoint = staged.final
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if self.state.best_model_checkpoint == staged.final:
+                self.state.save_to_json(os.path.join(staged.staged, TRAINER_STATE_NAME))
+            staged.publish()
+            legacy = getattr(self, "_rotate_checkpoints", None)  # transformers releases before the function
+            rotate_checkpoints(staged.run_dir, self.args.save_total_limit, self.state.best_model_checkpoint, legacy)
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_local_main_process and os.path.isdir(staged.staged):
+            staged.publish()  # a node sharing no file system with a saving process keeps its files, as with Trainer
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(staged.final)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """[`~transformers.Trainer.train`], restoring the pass-rate memory (and the side stream of refill and prompt
-        selection) on every process when resuming. Done here rather than in `_load_from_checkpoint`, which DeepSpeed
-        runs never call. A checkpoint written without the memory leaves it empty, with a warning."""
+        """[`~transformers.Trainer.train`], after checking that `output_dir` can be written to (on every process: each
+        writes its part of a checkpoint); when resuming, it first restores the pass-rate memory, the side stream of
+        refill and prompt selection, and the generation batch the checkpoint was saved inside, on every process. Done
+        here rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the
+        memory leaves it empty, with a warning."""
+        self.ada_collectives.raise_everywhere(output_dir_problem(self.args.output_dir), OSError)
         checkpoint = resume_from_checkpoint
         if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
             checkpoint = get_last_checkpoint(self.args.output_dir)
@@ -337,7 +393,23 @@ class ReinforceAdaTrainer(GRPOTrainer):
             side, where = self.ada_side_prompts, (checkpoint, collectives.num_processes, collectives.process_index)
             if side is not None and not side.load_stream(*where):
                 logger.warning(f"No prompt-stream state in {checkpoint}: {STREAM_STATE_MISSING}")
+            self._load_generation_batch(load_generation_batch(*where, self.accelerator.device))
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _load_generation_batch(self, saved: dict[str, Any] | None) -> None:
+        """Give GRPOTrainer back the generation batch a checkpoint was saved inside, and its micro-step count, so it
+        trains the rest of that batch as the uninterrupted run did instead of generating it again."""
+        if saved is None:
+            return
+        slices, generate_every = self.args.steps_per_generation, self.args.steps_per_generation * self.num_iterations
+        if saved["generate_every"] != generate_every or len(saved["buffered_inputs"]) != slices:
+            logger.warning(
+                "The checkpoint was saved inside a generation batch made with other steps_per_generation or "
+                "num_iterations: GRPOTrainer generates a new batch, and the pass-rate memory and the side stream take "
+                "it on top of the saved one."
+            )
+            return
+        self._step, self._buffered_inputs = saved["step"], saved["buffered_inputs"]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """In training, the kept rows' rewards were computed during sampling: return them, gathered."""

@@ -1,0 +1,184 @@
+"""What a Reinforce-Ada checkpoint holds beyond a Trainer's, and how it is written.
+
+**The generation batch in flight.** GRPOTrainer generates once every `steps_per_generation * num_iterations`
+training micro-steps and trains the micro-steps in between on its buffer of that batch. A Trainer checkpoint saved
+inside that window does not hold the buffer, and GRPOTrainer's micro-step counter starts again at 0 on resume: the
+resumed run generates the batch again and trains on the new one for a whole window, which shifts every later
+generation. For Reinforce-Ada that would also put the batch's counts into the pass-rate memory twice and draw its
+refills from the side stream twice. So a checkpoint saved inside a window also holds each process's buffered batch and
+its micro-step count (`generation_batch_<process>.pt`), and a resumed run trains on that buffer as the uninterrupted
+run did, without generating.
+
+**Atomic saves.** A checkpoint is written under `_tmp-checkpoint-N/checkpoint-N` and renamed to `checkpoint-N` once
+every process has written its part: a save that fails half-way (a full disk, an exception in `save_pretrained`, a
+killed process) leaves no `checkpoint-N` for `get_last_checkpoint` or `resume_from_checkpoint=True` to pick, and the
+previous checkpoint stays the latest. The leading underscore keeps the staging folder out of the Hub uploads of
+`output_dir` (Trainer's push ignores `_*`) and out of checkpoint rotation (`checkpoint-*`).
+
+**The epoch's shuffle.** GRPOTrainer's `RepeatSampler` draws each epoch's permutation from one generator seeded
+once, and has no `set_epoch`. On resume, Transformers 5's Trainer skips the batches already trained in the current
+epoch and relies on `set_epoch` for that epoch's shuffle: a run resumed in epoch `e > 0` would shuffle as in epoch 0
+and train other prompts than the uninterrupted run (plain GRPOTrainer too). `EpochSeededSampler` adds it:
+`set_epoch(e)` puts the generator where it is after `e` epochs.
+
+**A writable `output_dir`**, checked before training starts (`output_dir_problem`).
+
+Plain values in, plain values out: the trainer passes paths, process numbers and its buffer, and writes back what is
+loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import send_to_device
+from torch.utils.data import Sampler
+
+GENERATION_BATCH_FILE = "generation_batch_{}.pt"  # one per process, by process index
+STAGING_PREFIX = "_tmp-"
+
+
+def output_dir_problem(output_dir: str | os.PathLike[str]) -> str | None:
+    """Why training could not write into `output_dir` (it cannot be created, or a file cannot be written in it), or
+    None. It tries for real: creates the folder if needed, then writes and removes an empty file, so read-only mounts,
+    permissions and a path below a regular file are all caught, as root too."""
+    path = os.fspath(output_dir)
+    try:
+        os.makedirs(path, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".trl-ada-write-check-")
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        return (
+            f"output_dir {path!r} cannot be written to ({reason}). Checkpoints, the trainer state and the model card "
+            "are saved there: pass a folder you can write to (output_dir=... or --output_dir), before training starts "
+            "rather than at the first save."
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class StagedCheckpoint:
+    """The folders of one checkpoint save: `staged` (`run_dir/_tmp-checkpoint-N/checkpoint-N`), written first, and
+    `final` (`run_dir/checkpoint-N`), what it becomes once complete."""
+
+    run_dir: str
+    name: str  # checkpoint-N
+
+    @property
+    def root(self) -> str:
+        """What the Trainer's save code takes for the run folder while it writes."""
+        return os.path.join(self.run_dir, STAGING_PREFIX + self.name)
+
+    @property
+    def staged(self) -> str:
+        return os.path.join(self.root, self.name)
+
+    @property
+    def final(self) -> str:
+        return os.path.join(self.run_dir, self.name)
+
+    def clear(self) -> None:
+        """Remove the staging folder: what a failed or killed save of the same step left there."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def publish(self) -> None:
+        """Rename the complete staged checkpoint to its final name, replacing a checkpoint of the same step written
+        earlier (by an earlier run in the same folder), then remove the staging folder. One process per file system
+        calls this, after every process has written its files."""
+        if os.path.isdir(self.final):  # os.replace cannot replace a folder that holds files: set it aside first
+            os.replace(self.final, os.path.join(self.root, "replaced"))
+        os.replace(self.staged, self.final)
+        self.clear()
+
+
+def rotate_checkpoints(
+    run_dir: str,
+    save_total_limit: int | None,
+    best_model_checkpoint: str | None,
+    legacy_rotate: Callable[..., None] | None = None,
+) -> None:
+    """Delete the oldest checkpoints beyond `save_total_limit` as the Trainer's save does (by modification time),
+    keeping the newest and the best. `legacy_rotate` is the Trainer's own `_rotate_checkpoints` method where the
+    installed transformers has one (5.0 does); later releases (5.17 on) have the module-level function instead."""
+    if legacy_rotate is not None:
+        legacy_rotate(use_mtime=True, output_dir=run_dir)
+        return
+    from transformers.trainer_utils import rotate_checkpoints as rotate
+
+    rotate(
+        output_dir=run_dir,
+        save_total_limit=save_total_limit,
+        best_model_checkpoint=best_model_checkpoint,
+        use_mtime=True,
+    )
+
+
+def save_generation_batch(
+    directory: str | os.PathLike[str], process_index: int, step: int, generate_every: int, buffered: list[dict]
+) -> None:
+    """Write this process's buffered generation batch (GRPOTrainer's `_buffered_inputs`: one dict of tensors per
+    micro-step slice) and its micro-step count `step` into a checkpoint folder."""
+    state = {"step": step, "generate_every": generate_every, "buffered_inputs": buffered}
+    torch.save(state, os.path.join(directory, GENERATION_BATCH_FILE.format(process_index)))
+
+
+def load_generation_batch(
+    checkpoint: str | os.PathLike[str], num_processes: int, process_index: int, device: torch.device | str
+) -> dict[str, Any] | None:
+    """What `save_generation_batch` wrote for this process (tensors on `device`), or None when the checkpoint was
+    saved between generation batches. Raises when another number of processes wrote it: each process's buffer holds
+    its own rows."""
+    found = [name for name in os.listdir(checkpoint) if _is_generation_batch_file(name)]
+    if not found:
+        return None
+    if len(found) != num_processes:
+        raise ValueError(
+            f"{checkpoint} was saved inside a generation batch by {len(found)} processes; this run has "
+            f"{num_processes}. Resume with as many processes as wrote the checkpoint (each holds its own rows of the "
+            "batch), or from a checkpoint saved between generation batches."
+        )
+    path = os.path.join(checkpoint, GENERATION_BATCH_FILE.format(process_index))
+    # Loaded on the CPU first: torch.load cannot map to an indexed CPU device ("cpu:0", accelerate's on gloo).
+    return send_to_device(torch.load(path, map_location="cpu", weights_only=True), device)
+
+
+def _is_generation_batch_file(name: str) -> bool:
+    prefix, suffix = GENERATION_BATCH_FILE.split("{}")
+    return name.startswith(prefix) and name.endswith(suffix) and name[len(prefix) : -len(suffix)].isdigit()
+
+
+class EpochSeededSampler(Sampler):
+    """GRPOTrainer's training sampler (`RepeatSampler`) with a `set_epoch`, which Trainer calls (through accelerate)
+    before every epoch, on resume too: it reseeds the sampler's generator with the run's seed and draws the
+    permutations of the epochs before `epoch`, so epoch `e` shuffles the same whether the run got there uninterrupted
+    or resumed into it. In an uninterrupted run that is the state the generator already had: nothing changes."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getattr__(self, name: str) -> Any:  # `generator`, `shuffle`, ...: accelerate reads the sampler's generator
+        if name == "sampler":
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = self.sampler
+        if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
+            return  # in order, or seeded by chance: nothing to reproduce
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):  # one permutation per epoch, as RepeatSampler.__iter__ draws them
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
