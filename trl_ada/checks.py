@@ -98,10 +98,11 @@ def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], r
         )
     if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
         check_reward_columns(reward_funcs, getattr(kwargs.get("train_dataset"), "column_names", None))
-    check_prompt_column(kwargs.get("train_dataset"), "train")
-    evaluation = kwargs.get("eval_dataset")
-    for name, split in evaluation.items() if isinstance(evaluation, dict) else [("eval", evaluation)]:
-        check_prompt_column(split, name)
+    if not kwargs.get("environment_factory"):  # with environments, `prompt` is optional: each reset() supplies it
+        check_prompt_column(kwargs.get("train_dataset"), "train")
+        evaluation = kwargs.get("eval_dataset")
+        for name, split in evaluation.items() if isinstance(evaluation, dict) else [("eval", evaluation)]:
+            check_prompt_column(split, name)
 
 
 def missing_prompt_column_message(split_name: str, columns: Sequence[str] | None) -> str | None:
