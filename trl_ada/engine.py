@@ -570,9 +570,31 @@ def sample(
         )
     if first_round_sizes is not None:
         raise ValueError("Sizes fixed in advance (first_round_sizes) make one round with nothing to stream.")
+    return streaming_session(
+        num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot, refill_signal
+    ).run()
+
+
+def streaming_session(
+    num_prompts: int,
+    schedule: Schedule,
+    backend: Backend,
+    score: ScoreFn,
+    max_in_flight: int | None = None,
+    pool_order: str = "request",
+    refill: RefillFn | None = None,
+    pilot: Pilot | None = None,
+    refill_signal: SignalFn | None = None,
+) -> StreamSession:
+    """`sample(..., rollout="streaming")` as an object the caller drives: `start()`, then `step(finished)` with each
+    batch of finished draws while `in_flight`, then `finish()`. For callers whose backend cannot block in `wait`
+    (an asyncio event loop that must keep running while draws generate); the arguments are `sample`'s."""
+    if pool_order not in POOL_ORDERS:
+        raise ValueError(f"Unknown pool order {pool_order!r}; expected one of {POOL_ORDERS}.")
     if max_in_flight is not None and max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1 (or None), got {max_in_flight}.")
-    return _Stream(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot, signal).run()
+    signal = refill_signal or has_signal
+    return StreamSession(num_prompts, schedule, backend, score, max_in_flight, pool_order, refill, pilot, signal)
 
 
 def _refilled(refill: RefillFn, index: int, num_pools: int) -> int | None:
@@ -684,8 +706,9 @@ class _Prompt:
     piloting: bool = False  # its pilot has not all finished yet: no draws beyond the pilot are requested
 
 
-class _Stream:
-    """The streaming loop of `sample`, one object per step."""
+class StreamSession:
+    """The streaming loop of `sample`, one object per step; `streaming_session` opens one for a caller that drives
+    it from its own event loop."""
 
     def __init__(
         self,
@@ -713,42 +736,59 @@ class _Stream:
         return _Prompt(Pool(self.schedule.positive_threshold), piloting=self.pilot is not None)
 
     def run(self) -> SamplingResult:
-        self._submit([d for i in range(len(self.prompts)) for d in self._top_up(i)])
+        """Drive the stream to the end with the backend's blocking `wait`."""
+        self.start()
         while self.in_flight:
-            batch = self.backend.wait()
-            if not batch:
-                raise RuntimeError(f"The backend returned nothing with {self.in_flight} draws in flight.")
-            batch = [f for f in batch if f.ticket in self.prompts[self.owner[f.ticket]].in_flight]
-            if not batch:
-                continue  # only draws aborted earlier, which a backend may still report
-            self.in_flight -= len(batch)
-            self.result.generated_tokens += sum(f.num_tokens for f in batch)
-            for f in batch:
-                self.prompts[self.owner[f.ticket]].in_flight.discard(f.ticket)
-            live = batch  # a stopped prompt has nothing in flight, so every finished draw here is still wanted
-            rewards = list(self.score([Request(self.owner[f.ticket], 1) for f in live], [f.handle for f in live]))
-            if len(rewards) != len(live):
-                raise RuntimeError(f"Scored {len(live)} completions, got {len(rewards)} rewards.")
-            touched = []
-            for f, reward in zip(live, rewards, strict=True):
-                index = self.owner[f.ticket]
-                self.prompts[index].arrived[f.ticket] = (f.handle, float(reward), f.num_tokens)
-                if index not in touched:
-                    touched.append(index)
-            draws, aborts = [], []
-            for index in touched:
-                aborts.extend(self._advance(index))
-                draws.extend(self._top_up(index))
-                new = self._replace(index)
-                if new is not None:
-                    draws.extend(self._top_up(new))
-            if aborts:
-                self.in_flight -= len(aborts)
-                self.result.aborted += len(aborts)
-                tokens = self.backend.abort(aborts)
-                self.result.aborted_tokens += tokens
-                self.result.generated_tokens += tokens
-            self._submit(draws)
+            self.step(self.backend.wait())
+        return self.finish()
+
+    def start(self) -> None:
+        """Submit every prompt's first draws. A caller with its own event loop (an asyncio driver, whose backend
+        cannot block in `wait`) calls `start`, then `step` with each batch of finished draws while `in_flight`, then
+        `finish`: the same loop as `run`, so there is one implementation of the stopping rule."""
+        self._submit([d for i in range(len(self.prompts)) for d in self._top_up(i)])
+
+    def step(self, batch: list[Finished]) -> None:
+        """Take one batch of finished draws: score it, move request-order prefixes into pools, stop prompts whose
+        rule holds (aborting their other draws through the backend) and submit the draws that keep the rest going."""
+        if not batch:
+            raise RuntimeError(f"The backend returned nothing with {self.in_flight} draws in flight.")
+        batch = [f for f in batch if f.ticket in self.prompts[self.owner[f.ticket]].in_flight]
+        if not batch:
+            return  # only draws aborted earlier, which a backend may still report
+        self.in_flight -= len(batch)
+        self.result.generated_tokens += sum(f.num_tokens for f in batch)
+        for f in batch:
+            self.prompts[self.owner[f.ticket]].in_flight.discard(f.ticket)
+        live = batch  # a stopped prompt has nothing in flight, so every finished draw here is still wanted
+        rewards = list(self.score([Request(self.owner[f.ticket], 1) for f in live], [f.handle for f in live]))
+        if len(rewards) != len(live):
+            raise RuntimeError(f"Scored {len(live)} completions, got {len(rewards)} rewards.")
+        touched = []
+        for f, reward in zip(live, rewards, strict=True):
+            index = self.owner[f.ticket]
+            self.prompts[index].arrived[f.ticket] = (f.handle, float(reward), f.num_tokens)
+            if index not in touched:
+                touched.append(index)
+        draws, aborts = [], []
+        for index in touched:
+            aborts.extend(self._advance(index))
+            draws.extend(self._top_up(index))
+            new = self._replace(index)
+            if new is not None:
+                draws.extend(self._top_up(new))
+        if aborts:
+            self.in_flight -= len(aborts)
+            self.result.aborted += len(aborts)
+            tokens = self.backend.abort(aborts)
+            self.result.aborted_tokens += tokens
+            self.result.generated_tokens += tokens
+        self._submit(draws)
+
+    def finish(self) -> SamplingResult:
+        """The result, once nothing is in flight."""
+        if self.in_flight:
+            raise RuntimeError(f"finish() with {self.in_flight} draws still in flight.")
         self.result.rounds = max((p.num_waves for p in self.prompts), default=0)
         _mark_resolved(self.result.pools, self.schedule)
         return self.result
