@@ -1,0 +1,501 @@
+"""Reinforce-Ada inside TRL's asynchronous GRPO trainer: a rollout worker with per-prompt adaptive budgets.
+
+`AdaRolloutWorker` is a drop-in `rollout_worker=` for `trl.experimental.async_grpo.AsyncGRPOTrainer`. Each prompt
+keeps drawing completions, one request each, until its exit rule holds (on the longest finished prefix of its
+requests, in request order) or its budget is spent; its other requests are aborted; its pool is downsampled to
+`num_generations` and the kept rows get pool-level advantages (`trl_ada.advantages.pool_advantages`). The stopping
+rule is `trl_ada.engine`'s streaming loop itself (`streaming_session`), driven from TRL's asyncio loop.
+
+Design note: the seams in TRL (line numbers: TRL 1.16.0, `trl/experimental/async_grpo/`)
+-------------------------------------------------------------------------------------------
+- `async_rollout_worker.py:1155` `AsyncRolloutWorker._loop_cls`: the class the spawned child builds
+  (`_child_main`, :271-305) with the worker's constructor kwargs (:1181-1185). `AdaRolloutWorker` only sets it and
+  adds one kwarg, `ada`; lifecycle, the picklability check (:1208-1217), health checks and the model-version
+  `mp.Value` stay TRL's.
+- `_AsyncRolloutLoop._generate_loop` (:536-722): requests exactly `num_generations` completions per prompt
+  (`_repeat_iterator`, :878) and queues a group when that many finished (:696). This is the one method replaced:
+  `AdaRolloutLoop._generate_loop` runs one engine session per prompt and queues the pool when it stops.
+- `_AsyncRolloutLoop._generate_one` (:890): one conversation (tools, re-tokenisation, fork reconciliation), one
+  `/v1/completions` request per turn (`_generate_one_turn`, :999). Reused as is: it is one draw. Cancelling its task
+  closes the HTTP connection, which vLLM's server takes as an abort of the request.
+- `_AsyncRolloutLoop._score_group` (:1026): rewards and group-normalised advantages of a group, then the
+  `RolloutSample`s (:1085-1124). Replaced: rewards are computed per completion as it finishes (the exit rule needs
+  them), so `_score_group` downsamples, computes the pool advantages and builds the samples the same way as TRL.
+- `_AsyncRolloutLoop._score_loop` (:724): pushes samples into the trainer's queue with backpressure and the
+  `rollout/*` metrics. Reused as is; it takes our group object through the same `_groups_to_score` queue.
+- `_push_metrics` (:817): the metric channel; `ada/*` metrics go through it.
+- `RolloutSample` (:213): `input_ids`, `completion_mask`, `old_log_probs` (NumPy arrays from 1.16.0, lists in
+  1.14), `advantage`, `model_version`, `group_id`, `metrics`. The trainer (`async_grpo_trainer.py:351-407`) drops a
+  sample when `current version - sample.model_version > max_staleness` and batches rows by `group_id` (:445, :540).
+
+Releases: `trl.experimental.async_grpo` with these seams is in TRL 1.14.0 and 1.16.0 (both read). Differences that
+touch this module: the loop takes `eos_token_ids` from 1.16.0 on (forwarded untouched), and `RolloutSample`'s arrays
+are lists in 1.14 (`_as_row` follows the installed annotation).
+
+Staleness: a completion's version is the policy version when its request was dispatched (TRL tags a group with the
+version when its first request was dispatched, :626, the oldest of its requests). A pool may span versions; all
+rows of a kept group carry one tag, the *oldest* dispatch version among the kept completions, so the trainer's
+per-sample staleness check drops the whole group together when its oldest trained completion is too stale, never
+part of a group (its advantages were computed together). Completions of the pool that are not kept shape only the
+baseline and do not set the tag. `ada/pool_version_span` reports how many versions a pool spans.
+
+Not supported yet: `environment_factory` (TRL resets environments inside the `_generate_loop` it replaces), prompt
+selection and refill of no-signal prompts, the pilot, and `scale_rewards="batch"` (there is no batch here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from trl.experimental.async_grpo.async_rollout_worker import (
+    AsyncRolloutWorker,
+    RolloutSample,
+    TrainingSequence,
+    _AsyncRolloutLoop,
+)
+from trl.trainer.utils import is_async_callable
+
+from .advantages import pool_advantages, total_reward
+from .config import ReinforceAdaConfig, _check_exit_and_budget, _check_odc_downsample
+from .engine import Draw, ExitRule, Finished, Pool, SamplingResult, Schedule, downsample, has_signal, streaming_session
+from .memory import PassRateMemory, memory_key, memory_updates
+
+_ADA_FIELDS = {f.name: f for f in dataclasses.fields(ReinforceAdaConfig)}
+
+
+def _ada_field(name: str, choices: Sequence[str] | None = None) -> Any:
+    """`ReinforceAdaConfig`'s field `name` (default and help), so the two configs cannot drift; `choices` narrows
+    the declared choices to those that apply to the asynchronous worker."""
+    source = _ADA_FIELDS[name]
+    metadata = dict(source.metadata)
+    if choices is not None:
+        metadata["choices"] = list(choices)
+    return field(default=source.default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class AdaRolloutConfig:
+    """Reinforce-Ada's sampling settings for `AdaRolloutWorker`: `ReinforceAdaConfig`'s fields of the same names,
+    with their defaults and meanings. `num_generations`, the group handed to the loss, is the worker's own kwarg (the
+    trainer's `AsyncGRPOConfig.num_generations`). Estimate, refill, prompt selection and the pilot are not offered
+    here yet, and `scale_rewards` has no `"batch"`: the asynchronous loop scores one prompt at a time."""
+
+    sampling_strategy: str = _ada_field("sampling_strategy", ("balanced", "positive", "uniform"))
+    samples_per_round: int = _ada_field("samples_per_round")
+    max_rounds: int = _ada_field("max_rounds")
+    round_sizing: str = _ada_field("round_sizing")
+    max_in_flight: int | None = _ada_field("max_in_flight")
+    positive_threshold: float = _ada_field("positive_threshold")
+    min_positives: int | None = _ada_field("min_positives")
+    min_negatives: int | None = _ada_field("min_negatives")
+    advantage_baseline: str = _ada_field("advantage_baseline")
+    scale_rewards: str = _ada_field("scale_rewards", ("group", "none"))
+    difficulty_weighting: str = _ada_field("difficulty_weighting")
+    max_difficulty_weight: float = _ada_field("max_difficulty_weight")
+    downsample: str = _ada_field("downsample")
+    pass_rate_alpha: float = _ada_field("pass_rate_alpha")
+    pass_rate_beta: float = _ada_field("pass_rate_beta")
+    pass_rate_decay: float = _ada_field("pass_rate_decay")
+    pass_rate_max_prompts: int | None = _ada_field("pass_rate_max_prompts")
+    prompt_id_column: str | None = _ada_field("prompt_id_column")
+    seed: int = field(default=0, metadata={"help": "Seed of the downsampling RNG."})
+
+    def validate(self, num_generations: int) -> None:
+        """Raise a ValueError on the first broken rule, with `ReinforceAdaConfig`'s own checks and messages."""
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices is not None and getattr(self, f.name) not in choices:
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r} is not one of {tuple(choices)}.")
+        in_flight = self.max_in_flight
+        if in_flight is not None and (isinstance(in_flight, bool) or in_flight < 1):
+            raise ValueError(f"max_in_flight must be an integer >= 1 or None, got {in_flight!r}.")
+        # The config checks read these attributes only; a view adds the group size they are checked against.
+        view = _CheckView(self, num_generations)
+        _check_exit_and_budget(view)  # type: ignore[arg-type]
+        _check_odc_downsample(view)  # type: ignore[arg-type]
+        self.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
+
+    def exit_rule(self, num_generations: int) -> ExitRule:
+        return ExitRule.for_strategy(self.sampling_strategy, num_generations, self.min_positives, self.min_negatives)
+
+    def schedule(self, num_generations: int) -> Schedule:
+        """The per-prompt schedule: the same as `ReinforceAdaConfig.schedule()` for these fields."""
+        return Schedule.from_strategy(
+            self.sampling_strategy,
+            num_generations,
+            samples_per_round=self.samples_per_round,
+            max_rounds=self.max_rounds,
+            positive_threshold=self.positive_threshold,
+            min_positives=self.min_positives,
+            min_negatives=self.min_negatives,
+            round_sizing=self.round_sizing,
+        )
+
+    def pass_rate_memory(self) -> PassRateMemory:
+        return PassRateMemory(
+            self.pass_rate_alpha, self.pass_rate_beta, self.pass_rate_decay, self.pass_rate_max_prompts
+        )
+
+
+class _CheckView:
+    """`AdaRolloutConfig` plus `num_generations`, read as a `ReinforceAdaConfig` by the config's rule functions."""
+
+    def __init__(self, config: AdaRolloutConfig, num_generations: int) -> None:
+        self._config, self.num_generations = config, num_generations
+        self.exit_rule = config.exit_rule(num_generations)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+
+@dataclass
+class Completion:
+    """One finished draw: what `_generate_one` returned, its rewards, and the policy version at dispatch."""
+
+    prompt: list[dict[str, Any]]
+    completion: list[dict[str, Any]]
+    completion_ids: list[int]
+    sequences: list[TrainingSequence]
+    tool_call_count: int
+    tool_failure_count: int
+    rewards_per_func: list[float]  # NaN: that function could not score it
+    reward: float  # total (sum over functions, as TRL's async worker); NaN when no function could score it
+    model_version: int
+
+
+@dataclass
+class AdaGroup:
+    """One prompt's finished sampling: its pool (handles are `Completion`s, in request order) and the engine's
+    counts. It travels through TRL's `_groups_to_score` queue in place of a `RolloutGroup`."""
+
+    group_id: int
+    row: dict[str, Any]
+    result: SamplingResult
+    queued_at: float = 0.0
+
+    @property
+    def pool(self) -> Pool:
+        return self.result.pools[0]
+
+
+class TaskBackend:
+    """`trl_ada.engine.Backend` over asyncio tasks: each draw is a task running `start()` on the running loop.
+    `next_batch` is the awaitable form of `wait`; `abort` cancels tasks, which closes their HTTP requests (vLLM
+    aborts a request whose client left). Tokens an aborted request had generated are not reported back (0)."""
+
+    def __init__(self, start: Callable[[], Awaitable[Completion]]) -> None:
+        self._start = start
+        self._tasks: dict[asyncio.Task, int] = {}  # in flight: task -> ticket
+        self._done: list[tuple[int, asyncio.Task]] = []
+        self._event = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def submit(self, draws: Sequence[Draw]) -> None:
+        loop = asyncio.get_running_loop()
+        for draw in draws:
+            task = loop.create_task(self._start())
+            self._tasks[task] = draw.ticket
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        ticket = self._tasks.pop(task, None)
+        if ticket is None:  # aborted: the engine must never see it again
+            return
+        self._done.append((ticket, task))
+        self._event.set()
+
+    def wait(self) -> list[Finished]:
+        raise RuntimeError("TaskBackend runs on an event loop: await next_batch() instead of wait().")
+
+    async def next_batch(self) -> list[Finished]:
+        """Every draw finished since the last call (at least one); raises the first draw that failed."""
+        while not self._done:
+            self._event.clear()
+            await self._event.wait()
+        batch, self._done = self._done, []
+        finished = []
+        for ticket, task in batch:
+            completion = task.result()
+            finished.append(Finished(ticket, completion, len(completion.completion_ids)))
+        return finished
+
+    def abort(self, tickets: Sequence[int]) -> int:
+        wanted = set(tickets)
+        for task, ticket in list(self._tasks.items()):
+            if ticket in wanted:
+                del self._tasks[task]  # first, so that `_finished` ignores it
+                task.cancel()
+        return 0
+
+    async def close(self) -> None:
+        """Cancel whatever is still in flight and wait until it has stopped."""
+        tasks = list(self._tasks)
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+_ARRAY_ROWS = RolloutSample.__dataclass_fields__["input_ids"].type is np.ndarray  # TRL >= 1.16.0
+
+
+def _as_row(values: list[Any], dtype: Any) -> Any:
+    """A `RolloutSample` array field as the installed TRL declares it: a NumPy array (1.16) or a list (1.14)."""
+    return np.asarray(values, dtype=dtype) if _ARRAY_ROWS else list(values)
+
+
+class AdaRolloutLoop(_AsyncRolloutLoop):
+    """TRL's asynchronous rollout loop with Reinforce-Ada's per-prompt sampling (see the module docstring)."""
+
+    def __init__(self, *, ada: AdaRolloutConfig | None = None, **kwargs: Any) -> None:
+        if kwargs.get("environment_factory") is not None:
+            raise NotImplementedError(
+                "AdaRolloutWorker does not support environment_factory yet: TRL resets environments inside the "
+                "generate loop that this worker replaces. Use tools=, or TRL's AsyncRolloutWorker."
+            )
+        super().__init__(**kwargs)
+        self.ada = ada or AdaRolloutConfig()
+        self.ada.validate(self.num_generations)
+        self.ada_schedule = self.ada.schedule(self.num_generations)
+        self.ada_memory = self.ada.pass_rate_memory()
+        self._ada_rng = random.Random(self.ada.seed)
+        # Prompts sampled at once: each keeps up to its in-flight cap of requests, so this many keep the loop's
+        # `max_inflight_tasks` requests busy and never exceed it.
+        per_prompt = self.ada.max_in_flight or self.ada_schedule.samples_per_round
+        self.concurrent_prompts = max(1, self.max_inflight_tasks // per_prompt)
+        self._backends: set[TaskBackend] = set()
+
+    def _prompt_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each dataset row once, as `(group_id, row)`, cycling over epochs as TRL's `_repeat_iterator` does (which
+        yields each row `num_generations` times, one per request)."""
+        group_id = 0
+        while True:
+            try:
+                row = next(self._dataset_iter)
+            except StopIteration:
+                self._dataset_iter = iter(self.dataset)
+                row = next(self._dataset_iter)
+            yield group_id, row
+            group_id += 1
+
+    async def _generate_loop(self, stop_event: asyncio.Event) -> None:
+        sessions: dict[asyncio.Task, int] = {}
+        work = self._prompt_iterator()
+        self._generation_start_time = time.monotonic()
+        try:
+            while True:
+                self._heartbeat_value.value = time.time()  # wall clock: the parent compares with time.time()
+                while len(sessions) < self.concurrent_prompts and not stop_event.is_set():
+                    group_id, row = next(work)
+                    sessions[asyncio.create_task(self._sample_prompt(group_id, row))] = group_id
+                self._inflight = sum(backend.in_flight for backend in self._backends)
+                if stop_event.is_set():
+                    return  # a prompt may be far from its exit rule: cancel its requests (below), do not finish it
+                if not sessions:
+                    await asyncio.sleep(0.01)
+                    continue
+                done, _ = await asyncio.wait(sessions, return_when=asyncio.FIRST_COMPLETED, timeout=0.1)
+                for task in done:
+                    sessions.pop(task)
+                    group = task.result()  # a failed draw fails the loop, as in TRL's
+                    group.queued_at = time.monotonic()
+                    t_blocked = None
+                    while True:
+                        try:
+                            self._groups_to_score.put_nowait(group)
+                            break
+                        except asyncio.QueueFull:
+                            if stop_event.is_set():
+                                return
+                            t_blocked = t_blocked or time.monotonic()
+                            await asyncio.sleep(0.1)
+                    if t_blocked is not None:
+                        self._push_metrics({"rollout/score_block_s": time.monotonic() - t_blocked})
+        finally:
+            for task in sessions:
+                task.cancel()
+            if sessions:
+                await asyncio.gather(*sessions, return_exceptions=True)
+            try:
+                self._groups_to_score.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+
+    async def _sample_prompt(self, group_id: int, row: dict[str, Any]) -> AdaGroup:
+        """One prompt's streaming successive elimination: the engine's session, fed by this loop's requests."""
+        prompt = row["prompt"]
+        reward_kwargs = {k: v for k, v in row.items() if k not in {"prompt", "completion", "completion_ids"}}
+        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
+        backend = TaskBackend(lambda: self._draw(prompt, reward_kwargs, tool_dict, group_id))
+        session = streaming_session(
+            1,
+            self.ada_schedule,
+            backend,
+            lambda requests, handles: [handle.reward for handle in handles],  # scored as each draw finished
+            max_in_flight=self.ada.max_in_flight,
+        )
+        self._backends.add(backend)
+        try:
+            session.start()
+            while session.in_flight:
+                session.step(await backend.next_batch())
+        finally:
+            self._backends.discard(backend)
+            await backend.close()
+        return AdaGroup(group_id, row, session.finish())
+
+    async def _draw(
+        self, prompt: list[dict[str, Any]], reward_kwargs: dict[str, Any], tool_dict: dict[str, Any], group_id: int
+    ) -> Completion:
+        """One request of a prompt (a whole conversation with tools), scored as soon as it finishes."""
+        version = self.model_version  # at dispatch, as TRL tags its groups
+        completion, completion_ids, sequences, n_calls, n_failures, rollout_reward = await self._generate_one(
+            prompt, tool_dict=tool_dict, tools=self.tools, group_id=group_id
+        )
+        per_func = await self._rewards_of(prompt, completion, completion_ids, reward_kwargs, rollout_reward)
+        reward = float(total_reward(torch.tensor([per_func], dtype=torch.float64), torch.ones(len(per_func)))[0])
+        self._total_completion_tokens += len(completion_ids)
+        return Completion(
+            prompt, completion, completion_ids, sequences, n_calls, n_failures, per_func, reward, version
+        )
+
+    async def _rewards_of(
+        self,
+        prompt: list[dict[str, Any]],
+        completion: list[dict[str, Any]],
+        completion_ids: list[int],
+        reward_kwargs: dict[str, Any],
+        rollout_reward: float | None,
+    ) -> list[float]:
+        """One completion's reward per source, called as TRL's `_score_group` calls them (async functions awaited,
+        others in a thread), with lists of one. `None` (unscorable) becomes NaN."""
+        kwargs = dict(
+            completions=[completion],
+            prompts=[prompt],
+            completion_ids=[completion_ids],
+            **{key: [value] for key, value in reward_kwargs.items()},
+        )
+        columns = await asyncio.gather(
+            *[
+                func(**kwargs) if is_async_callable(func) else asyncio.to_thread(func, **kwargs)
+                for func in self.reward_funcs
+            ]
+        )
+        values = [column[0] for column in columns]
+        if self._provides_rollout_reward:
+            values.append(rollout_reward)
+        return [math.nan if value is None else float(value) for value in values]
+
+    async def _score_group(self, group: AdaGroup) -> list[RolloutSample]:  # type: ignore[override]
+        """Downsample the pool, compute the kept rows' pool advantages, update the memory, build the samples."""
+        pool, n, ada = group.pool, self.num_generations, self.ada
+        kept = [pool.samples[i] for i in downsample(pool, n, self._ada_rng, ada.downsample)]
+        key = memory_key(group.row["prompt"], group.row, ada.prompt_id_column)
+        p_hat = self.ada_memory.p_hat(key)  # before this pool is recorded (ODC's weight needs it so)
+        num_funcs = len(kept[0].rewards_per_func)
+        advantages, weights = pool_advantages(
+            torch.tensor([c.rewards_per_func for c in kept], dtype=torch.float64),
+            torch.ones(num_funcs, dtype=torch.float64),
+            [pool.rewards],
+            [pool.pass_rate],
+            [p_hat],
+            group_size=n,
+            budget=self.ada_schedule.budget,
+            baseline=ada.advantage_baseline,
+            scale_rewards=ada.scale_rewards,
+            weighting=ada.difficulty_weighting,
+            max_weight=ada.max_difficulty_weight,
+        )
+        self.ada_memory.update_many(memory_updates([key], [pool]))
+        version = min(c.model_version for c in kept)  # the oldest kept completion sets the group's staleness
+        self._push_ada_metrics(group, kept, float(weights[0]))
+        return self._samples(group.group_id, kept, advantages.tolist(), version)
+
+    def _samples(
+        self, group_id: int, kept: list[Completion], advantages: list[float], version: int
+    ) -> list[RolloutSample]:
+        """The kept rows as TRL's `_score_group` builds them (one sample per training row of each conversation)."""
+        scored = np.array([c.reward for c in kept], dtype=float)
+        scored = scored[~np.isnan(scored)]
+        reward_std = float(scored.std()) if scored.size else math.nan  # TRL's: population std of the group
+        with_tools = sum(c.tool_call_count for c in kept) > 0
+        samples = []
+        for c, advantage in zip(kept, advantages, strict=True):
+            metrics = {
+                "reward": c.reward,
+                "reward_std": reward_std,
+                **{f"rewards/{name}": r for name, r in zip(self.reward_func_names, c.rewards_per_func, strict=True)},
+            }
+            if with_tools:
+                metrics["tools/call_frequency"] = float(c.tool_call_count)
+                metrics["tools/failure_frequency"] = (
+                    c.tool_failure_count / c.tool_call_count if c.tool_call_count else 0.0
+                )
+            for seq in c.sequences:
+                samples.append(
+                    RolloutSample(
+                        prompt=c.prompt,
+                        completion=c.completion,
+                        input_ids=_as_row(seq.input_ids, np.int64),
+                        completion_mask=_as_row(seq.completion_mask, np.int64),
+                        old_log_probs=_as_row(seq.old_log_probs, np.float32),
+                        advantage=float(advantage),
+                        model_version=version,
+                        group_id=group_id,
+                        metrics=dict(metrics),
+                    )
+                )
+        return samples
+
+    def _push_ada_metrics(self, group: AdaGroup, kept: list[Completion], weight: float) -> None:
+        """`ada/*` metrics of one prompt, as rates `(numerator, denominator)` so the trainer averages over prompts."""
+        pool, result = group.pool, group.result
+        versions = [c.model_version for c in pool.samples]
+        kept_pool = Pool(pool.positive_threshold)
+        kept_pool.add(kept, [c.reward for c in kept], 0)
+        scored = pool.num_positive + pool.num_negative
+        values: dict[str, float | tuple[float, float]] = {
+            "ada/samples_per_prompt": (float(len(pool)), 1.0),
+            "ada/frac_resolved": (float(pool.resolved), 1.0),
+            "ada/frac_group_has_signal": (float(has_signal(kept_pool)), 1.0),
+            "ada/frac_zero_std_first_round": (float(pool.first_round_has_zero_std()), 1.0),
+            "ada/difficulty_weight_mean": (weight, 1.0),
+            "ada/aborted_per_prompt": (float(result.aborted + result.dropped), 1.0),
+            "ada/pool_version_span_max": float(max(versions) - min(versions)),
+            "ada/samples_per_prompt_max": float(len(pool)),
+        }
+        if scored:
+            values["ada/pool_pass_rate"] = (float(pool.num_positive), float(scored))
+        self._push_metrics(values)
+
+
+class AdaRolloutWorker(AsyncRolloutWorker):
+    """`AsyncRolloutWorker` whose child runs `AdaRolloutLoop`: pass it as `rollout_worker=` to `AsyncGRPOTrainer`.
+
+    Takes `AsyncRolloutWorker`'s kwargs (forwarded to the loop, so picklable) plus `ada`, the sampling settings;
+    they are checked here, before the child is spawned."""
+
+    _loop_cls = AdaRolloutLoop
+
+    def __init__(self, *, ada: AdaRolloutConfig | None = None, **kwargs: Any) -> None:
+        ada = ada or AdaRolloutConfig()
+        ada.validate(kwargs.get("num_generations", 8))
+        if kwargs.get("environment_factory") is not None:
+            raise NotImplementedError("AdaRolloutWorker does not support environment_factory yet.")
+        super().__init__(ada=ada, **kwargs)
+
+
+__all__ = ["AdaGroup", "AdaRolloutConfig", "AdaRolloutLoop", "AdaRolloutWorker", "Completion", "TaskBackend"]
