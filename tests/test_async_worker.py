@@ -293,3 +293,22 @@ def test_config_rejects_what_the_async_worker_cannot_do() -> None:
     with pytest.raises(ValueError, match="downsample='uniform'"):
         AdaRolloutConfig(difficulty_weighting="odc").validate(4)
     AdaRolloutConfig().validate(8)  # the defaults hold
+
+
+def test_the_worker_spawns_our_loop_and_checks_settings_before_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL's worker refuses to build without the vllm package (the server is elsewhere; the child only speaks HTTP).
+    With that check passed, our worker forwards `ada` to the loop it spawns, picklable, and rejects bad settings in
+    the parent, before a child is spawned."""
+    import pickle
+
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    from trl_ada.async_worker import AdaRolloutWorker
+
+    monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
+    ada = AdaRolloutConfig(sampling_strategy="positive")
+    worker = AdaRolloutWorker(ada=ada, num_generations=4, reward_funcs=[exact_answer])
+    assert worker._loop_cls is AdaRolloutLoop
+    assert pickle.loads(pickle.dumps(worker._loop_kwargs))["ada"] == ada
+    with pytest.raises(ValueError, match="more than the 4 completions"):
+        AdaRolloutWorker(ada=AdaRolloutConfig(min_positives=3, min_negatives=2), num_generations=4)
