@@ -9,6 +9,7 @@ conversation, the training rows, rewards, advantages, the pushed `RolloutSample`
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import threading
 import time
@@ -98,6 +99,12 @@ def tokenizer() -> Any:
     return tok
 
 
+def eos_token_ids(tokenizer: Any) -> dict[str, Any]:
+    """The loop's `eos_token_ids` argument, which TRL's loop takes from 1.16.0 on (1.14 has none)."""
+    accepted = inspect.signature(_AsyncRolloutLoop.__init__).parameters
+    return {"eos_token_ids": [tokenizer.eos_token_id]} if "eos_token_ids" in accepted else {}
+
+
 def make_loop(cls: type, tokenizer: Any, questions: list[str], script: Script, **kwargs: Any) -> Any:
     loop_cls = scripted(cls)
     loop_cls.script = script
@@ -109,7 +116,7 @@ def make_loop(cls: type, tokenizer: Any, questions: list[str], script: Script, *
         dataset=dataset,
         reward_funcs=[exact_answer],
         processing_class=tokenizer,
-        eos_token_ids=[tokenizer.eos_token_id],
+        **eos_token_ids(tokenizer),
         rollout_buffer=queue.Queue(),
         model_version_value=Shared(0),
         heartbeat_value=Shared(0.0),
@@ -203,8 +210,10 @@ def test_a_fixed_group_pushes_the_rows_trl_pushes(tokenizer: Any) -> None:
         assert [row_key(s) for s in ada_rows] == [row_key(s) for s in trl_rows]
         assert len(ada_rows) == 4
         for a, t in zip(ada_rows, trl_rows, strict=True):
-            assert type(a.input_ids) is type(t.input_ids) and a.input_ids.dtype == t.input_ids.dtype
-            assert a.old_log_probs.dtype == t.old_log_probs.dtype
+            for name in ("input_ids", "completion_mask", "old_log_probs"):  # NumPy from TRL 1.16.0, lists in 1.14
+                ours_column, theirs_column = getattr(a, name), getattr(t, name)
+                assert type(ours_column) is type(theirs_column), name
+                assert getattr(ours_column, "dtype", None) == getattr(theirs_column, "dtype", None), name
             assert (a.model_version, a.group_id) == (t.model_version, t.group_id)
             assert a.metrics.keys() == t.metrics.keys()
             assert a.metrics["reward"] == t.metrics["reward"]

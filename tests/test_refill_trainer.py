@@ -89,8 +89,11 @@ def test_refill_keeps_rows_and_positions_and_hands_on_the_replacement(toy_cold_d
                 assert key.startswith("m")  # the stream held mixed prompts: every empty group was refilled
             for row in range(start, start + 4):
                 assert f"\n{key}?\n" in record["prompt_ids"][row]  # the loss sees the replacement's prompt
-                assert record["logged_prompts"][row][-1]["content"] == f"{key}?"  # and so does the table
-                completion = record["logged_completions"][row][0]["content"]
+                # and so does the table (TRL 1.14 logs the templated text, later releases the messages)
+                logged = record["logged_prompts"][row]
+                assert f"{key}?" in logged if isinstance(logged, str) else logged[-1]["content"] == f"{key}?"
+                completion = record["logged_completions"][row]
+                completion = completion if isinstance(completion, str) else completion[0]["content"]
                 assert (key, completion) in reward.scored  # a completion drawn for that prompt
             assert sorted(record["logged_rewards"][group]) == [0.0, 0.0, 1.0, 1.0]  # that prompt's own rewards
             assert any(a != 0 for a in record["advantages"][group])
