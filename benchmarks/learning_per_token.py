@@ -104,6 +104,9 @@ CATALOG: dict[str, tuple[Any, float]] = {
     # Pilot-then-commit: 2 completions per prompt first; a prompt whose pilot agrees stops there when its memory says
     # the other 2 of its group would very likely agree too (pilot_stop_threshold 0.8).
     "grpo-4-pilot": (_method("GRPO n=4 + pilot 2", 4, "uniform", **PILOT), 1),
+    # DAPO's refill with the pilot as a cheap screen: a slot whose pilot agrees costs 2 completions, not 4, before it
+    # is handed to a fresh prompt, so each step trains more groups with signal per generated token.
+    "dapo-4-pilot": (_method("DAPO n=4 + pilot 2", 4, "uniform", **REFILL, **PILOT), 1.5),
 }
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token at ten seeds on the reasoning task, the pilot included
