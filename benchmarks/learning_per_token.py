@@ -109,8 +109,8 @@ CATALOG: dict[str, tuple[Any, float]] = {
     "dapo-4-pilot": (_method("DAPO n=4 + pilot 2", 4, "uniform", **REFILL, **PILOT), 1.5),
 }
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
-# full run. No configuration has yet beaten GRPO n=4 per token at ten seeds on the reasoning task, the pilot included
-# (benchmarks/README.md#the-reasoning-task), so it stays until one does.
+# full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with
+# and without the pilot at four: benchmarks/README.md#the-reasoning-task), so it stays until one does.
 RECOMMENDED = "ada-positive-4x2-select"
 _recommended, _cost = CATALOG[RECOMMENDED]
 CATALOG["recommended"] = (
