@@ -65,7 +65,13 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 from trl.trainer.utils import is_async_callable
 
 from .advantages import pool_advantages, total_reward
-from .config import ReinforceAdaConfig, _check_exit_and_budget, _check_odc_downsample
+from .config import (
+    ReinforceAdaConfig,
+    _check_exit_and_budget,
+    _check_odc_downsample,
+    pass_rate_memory,
+    sampling_schedule,
+)
 from .engine import Draw, ExitRule, Finished, Pool, SamplingResult, Schedule, downsample, has_signal, streaming_session
 from .memory import PassRateMemory, memory_key, memory_updates
 
@@ -129,21 +135,10 @@ class AdaRolloutConfig:
 
     def schedule(self, num_generations: int) -> Schedule:
         """The per-prompt schedule: the same as `ReinforceAdaConfig.schedule()` for these fields."""
-        return Schedule.from_strategy(
-            self.sampling_strategy,
-            num_generations,
-            samples_per_round=self.samples_per_round,
-            max_rounds=self.max_rounds,
-            positive_threshold=self.positive_threshold,
-            min_positives=self.min_positives,
-            min_negatives=self.min_negatives,
-            round_sizing=self.round_sizing,
-        )
+        return sampling_schedule(self, num_generations, self.samples_per_round)
 
     def pass_rate_memory(self) -> PassRateMemory:
-        return PassRateMemory(
-            self.pass_rate_alpha, self.pass_rate_beta, self.pass_rate_decay, self.pass_rate_max_prompts
-        )
+        return pass_rate_memory(self)
 
 
 class _CheckView:

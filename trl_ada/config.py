@@ -4,6 +4,7 @@ import math
 import sys
 import warnings
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from trl import GRPOConfig
 
@@ -366,9 +367,7 @@ class ReinforceAdaConfig(GRPOConfig):
 
     def pass_rate_memory(self) -> PassRateMemory:
         """An empty pass-rate memory with this configuration's prior, decay and cap."""
-        return PassRateMemory(
-            self.pass_rate_alpha, self.pass_rate_beta, self.pass_rate_decay, self.pass_rate_max_prompts
-        )
+        return pass_rate_memory(self)
 
     @property
     def exit_rule(self) -> ExitRule:
@@ -381,16 +380,8 @@ class ReinforceAdaConfig(GRPOConfig):
         """The sampling schedule the trainer (and the simulator) run each step. Under `"estimate"` it is one round
         of at most `max_samples_per_prompt`; the trainer sizes it per prompt from the memory."""
         estimate = self.sampling_strategy == "estimate"
-        return Schedule.from_strategy(
-            self.sampling_strategy,
-            self.num_generations,
-            samples_per_round=self.samples_per_prompt_bounds[2] if estimate else self.samples_per_round,
-            max_rounds=self.max_rounds,
-            positive_threshold=self.positive_threshold,
-            min_positives=self.min_positives,
-            min_negatives=self.min_negatives,
-            round_sizing=self.round_sizing,
-        )
+        round_size = self.samples_per_prompt_bounds[2] if estimate else self.samples_per_round
+        return sampling_schedule(self, self.num_generations, round_size)
 
 
 # Validation: `_validate` runs the rules in order and the first one broken raises a ValueError naming its fields.
@@ -405,6 +396,28 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     for f in fields(ReinforceAdaConfig)
     if "choices" in f.metadata and f.name not in {g.name for g in fields(GRPOConfig)}
 }
+
+
+def sampling_schedule(settings: Any, group_size: int, samples_per_round: int) -> Schedule:
+    """The `Schedule` of any object carrying `ReinforceAdaConfig`'s sampling fields (this config, or the
+    asynchronous worker's `AdaRolloutConfig`), for groups of `group_size` and rounds of `samples_per_round`."""
+    return Schedule.from_strategy(
+        settings.sampling_strategy,
+        group_size,
+        samples_per_round=samples_per_round,
+        max_rounds=settings.max_rounds,
+        positive_threshold=settings.positive_threshold,
+        min_positives=settings.min_positives,
+        min_negatives=settings.min_negatives,
+        round_sizing=settings.round_sizing,
+    )
+
+
+def pass_rate_memory(settings: Any) -> PassRateMemory:
+    """An empty pass-rate memory with the prior, decay and cap of `settings` (`ReinforceAdaConfig`'s fields)."""
+    return PassRateMemory(
+        settings.pass_rate_alpha, settings.pass_rate_beta, settings.pass_rate_decay, settings.pass_rate_max_prompts
+    )
 
 
 def warn_unless_ada_trainer(trainer: object) -> None:
