@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import random
 import time
@@ -65,15 +66,31 @@ from trl.experimental.async_grpo.async_rollout_worker import (
 from trl.trainer.utils import is_async_callable
 
 from .advantages import pool_advantages, total_reward
+from .checks import refill_filter_column
 from .config import (
     ReinforceAdaConfig,
     _check_exit_and_budget,
     _check_odc_downsample,
+    _check_pilot,
+    _check_prompt_source,
     pass_rate_memory,
     sampling_schedule,
 )
-from .engine import Draw, ExitRule, Finished, Pool, SamplingResult, Schedule, downsample, has_signal, streaming_session
+from .engine import (
+    Draw,
+    ExitRule,
+    Finished,
+    Pilot,
+    Pool,
+    SamplingResult,
+    Schedule,
+    downsample,
+    has_signal,
+    streaming_session,
+)
 from .memory import PassRateMemory, memory_key, memory_updates
+from .prompt_stream import SidePrompts
+from .selection import keep_probability, pilot_stop_rule
 
 _ADA_FIELDS = {f.name: f for f in dataclasses.fields(ReinforceAdaConfig)}
 
@@ -92,8 +109,14 @@ def _ada_field(name: str, choices: Sequence[str] | None = None) -> Any:
 class AdaRolloutConfig:
     """Reinforce-Ada's sampling settings for `AdaRolloutWorker`: `ReinforceAdaConfig`'s fields of the same names,
     with their defaults and meanings. `num_generations`, the group handed to the loss, is the worker's own kwarg (the
-    trainer's `AsyncGRPOConfig.num_generations`). Estimate, refill, prompt selection and the pilot are not offered
-    here yet, and `scale_rewards` has no `"batch"`: the asynchronous loop scores one prompt at a time."""
+    trainer's `AsyncGRPOConfig.num_generations`). `sampling_strategy="estimate"` is not offered (it splits one
+    step's budget across a batch in advance) and `scale_rewards` has no `"batch"`: the asynchronous loop samples and
+    scores one prompt at a time.
+
+    Where the asynchronous loop differs from the synchronous trainer: there are no batch slots, so `refill` does not
+    replace a prompt in a slot but drops its group (the loop moves on to the next prompt; `max_consecutive_drops`
+    bounds how long the trainer can wait), and prompt selection skips a prompt by moving on to the next prompt of the
+    dataset rather than drawing a replacement from a side stream."""
 
     sampling_strategy: str = _ada_field("sampling_strategy", ("balanced", "positive", "uniform"))
     samples_per_round: int = _ada_field("samples_per_round")
@@ -113,7 +136,27 @@ class AdaRolloutConfig:
     pass_rate_decay: float = _ada_field("pass_rate_decay")
     pass_rate_max_prompts: int | None = _ada_field("pass_rate_max_prompts")
     prompt_id_column: str | None = _ada_field("prompt_id_column")
-    seed: int = field(default=0, metadata={"help": "Seed of the downsampling RNG."})
+    prompt_selection: str = _ada_field("prompt_selection")
+    selection_threshold: float = _ada_field("selection_threshold")
+    selection_floor: float = _ada_field("selection_floor")
+    pilot_size: int = _ada_field("pilot_size")
+    pilot_stop_threshold: float = _ada_field("pilot_stop_threshold")
+    refill: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not push a group whose pool ends with no signal (every reward equal, so every advantage "
+            "zero); the loop moves on to the next prompt. With sampling_strategy='uniform': DAPO's dynamic sampling."
+        },
+    )
+    refill_filter_reward: str | None = _ada_field("refill_filter_reward")
+    max_consecutive_drops: int = field(
+        default=64,
+        metadata={
+            "help": "refill: after this many groups in a row were not pushed, the next is pushed whatever its "
+            "signal, so the trainer is never starved when no prompt gives signal."
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the downsampling and prompt-selection RNGs."})
 
     def validate(self, num_generations: int) -> None:
         """Raise a ValueError on the first broken rule, with `ReinforceAdaConfig`'s own checks and messages."""
@@ -124,10 +167,18 @@ class AdaRolloutConfig:
         in_flight = self.max_in_flight
         if in_flight is not None and (isinstance(in_flight, bool) or in_flight < 1):
             raise ValueError(f"max_in_flight must be an integer >= 1 or None, got {in_flight!r}.")
+        drops = self.max_consecutive_drops
+        if isinstance(drops, bool) or not isinstance(drops, int) or drops < 1:
+            raise ValueError(
+                f"max_consecutive_drops must be an integer >= 1, got {drops!r}: it bounds how many groups in a row "
+                "refill may keep from the trainer."
+            )
         # The config checks read these attributes only; a view adds the group size they are checked against.
         view = _CheckView(self, num_generations)
         _check_exit_and_budget(view)  # type: ignore[arg-type]
         _check_odc_downsample(view)  # type: ignore[arg-type]
+        _check_prompt_source(view)  # type: ignore[arg-type]
+        _check_pilot(view)  # type: ignore[arg-type]
         self.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
 
     def exit_rule(self, num_generations: int) -> ExitRule:
@@ -143,6 +194,8 @@ class AdaRolloutConfig:
 
 class _CheckView:
     """`AdaRolloutConfig` plus `num_generations`, read as a `ReinforceAdaConfig` by the config's rule functions."""
+
+    max_refills_per_step = None  # no steps here: refill is bounded by `max_consecutive_drops` instead
 
     def __init__(self, config: AdaRolloutConfig, num_generations: int) -> None:
         self._config, self.num_generations = config, num_generations
@@ -267,6 +320,15 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self.ada_schedule = self.ada.schedule(self.num_generations)
         self.ada_memory = self.ada.pass_rate_memory()
         self._ada_rng = random.Random(self.ada.seed)
+        # Selection draws from its own RNG, so turning it on leaves the downsampling draws as they were.
+        self._ada_select_rng = random.Random(f"{self.ada.seed}-select")
+        # As in the synchronous trainer, selection predicts the signal of the schedule's first round.
+        self._ada_select_size = self.ada_schedule.round_size(Pool(self.ada_schedule.positive_threshold), 0)
+        self._ada_filter_column = refill_filter_column(self.ada.refill_filter_reward, self.reward_func_names)
+        self._ada_drops = 0  # groups in a row that refill kept from the trainer
+        self._ada_drop_guard_warned = False
+        self._pilot_keys: list[str] = []
+        self._pilot_rule: Callable[[int, Pool], bool] | None = None
         # Prompts sampled at once: each keeps up to its in-flight cap of requests, so this many keep the loop's
         # `max_inflight_tasks` requests busy and never exceed it.
         per_prompt = self.ada.max_in_flight or self.ada_schedule.samples_per_round
@@ -275,16 +337,58 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
 
     def _prompt_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Each dataset row once, as `(group_id, row)`, cycling over epochs as TRL's `_repeat_iterator` does (which
-        yields each row `num_generations` times, one per request)."""
-        group_id = 0
+        yields each row `num_generations` times, one per request).
+
+        With `prompt_selection="pass_rate"` a row the selection test skips is passed over for the next one and gets
+        no group id. As in the synchronous trainer (`SidePrompts.MAX_CANDIDATES`), after that many skips in a row the
+        next row is taken whatever the test says, so a dataset of prompts that would all be skipped cannot hold the
+        event loop in this iterator."""
+        group_id = skipped = 0
         while True:
             try:
                 row = next(self._dataset_iter)
             except StopIteration:
                 self._dataset_iter = iter(self.dataset)
                 row = next(self._dataset_iter)
+            if skipped < SidePrompts.MAX_CANDIDATES and not self._keeps(row):
+                skipped += 1
+                continue
+            if self.ada.prompt_selection != "none":
+                self._push_metrics({"ada/skipped_total": float(skipped), "ada/frac_skipped": (skipped, skipped + 1.0)})
+            skipped = 0
             yield group_id, row
             group_id += 1
+
+    def _keeps(self, row: dict[str, Any]) -> bool:
+        """Prompt selection's test (`trl_ada.selection.keep_probability` on the row's memory counts): whether to
+        sample this row now. Always true without selection, and for a prompt the memory has not seen."""
+        if self.ada.prompt_selection == "none":
+            return True
+        num_positive, num_total = self.ada_memory.counts(self._memory_key(row))
+        probability = keep_probability(
+            num_positive, num_total, self._ada_select_size, self.ada.selection_threshold, self.ada.selection_floor
+        )
+        return probability >= 1.0 or self._ada_select_rng.random() < probability
+
+    def _memory_key(self, row: dict[str, Any]) -> str:
+        """The row's key in the pass-rate memory, as the synchronous trainer makes it (by row with environments)."""
+        environments = getattr(self, "environment_factories", None) is not None
+        return memory_key(row.get("prompt"), row, self.ada.prompt_id_column, by_row=environments)
+
+    def _pilot(self, key: str) -> Pilot | None:
+        """The pilot of the prompt with memory key `key` (None without one). `pilot_stop_rule` fits its prior to the
+        whole memory once, when the rule is made; one rule serves `concurrent_prompts` prompts in turn, the
+        asynchronous loop's counterpart of the synchronous trainer's one rule per generation batch."""
+        if not self.ada.pilot_size:
+            return None
+        if self._pilot_rule is None or len(self._pilot_keys) >= self.concurrent_prompts:
+            self._pilot_keys = []
+            self._pilot_rule = pilot_stop_rule(
+                self.ada_memory, self._pilot_keys, self.num_generations, self.ada.pilot_stop_threshold
+            )
+        index, rule = len(self._pilot_keys), self._pilot_rule
+        self._pilot_keys.append(key)
+        return Pilot(self.ada.pilot_size, lambda _session_index, pool: rule(index, pool))
 
     async def _generate_loop(self, stop_event: asyncio.Event) -> None:
         sessions: dict[asyncio.Task, int] = {}
@@ -341,6 +445,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             backend,
             lambda requests, handles: [handle.reward for handle in handles],  # scored as each draw finished
             max_in_flight=self.ada.max_in_flight,
+            pilot=self._pilot(self._memory_key(row)),
         )
         self._backends.add(backend)
         try:
@@ -398,7 +503,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         """Downsample the pool, compute the kept rows' pool advantages, update the memory, build the samples."""
         pool, n, ada = group.pool, self.num_generations, self.ada
         kept = [pool.samples[i] for i in downsample(pool, n, self._ada_rng, ada.downsample)]
-        key = memory_key(group.row["prompt"], group.row, ada.prompt_id_column)
+        key = self._memory_key(group.row)
         p_hat = self.ada_memory.p_hat(key)  # before this pool is recorded (ODC's weight needs it so)
         num_funcs = len(kept[0].rewards_per_func)
         advantages, weights = pool_advantages(
@@ -414,10 +519,49 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             weighting=ada.difficulty_weighting,
             max_weight=ada.max_difficulty_weight,
         )
-        self.ada_memory.update_many(memory_updates([key], [pool]))
+        self.ada_memory.update_many(memory_updates([key], [pool]))  # dropped groups too: the memory saw them
+        dropped = self._drops(pool)
+        self._push_ada_metrics(group, kept, float(weights[0]), dropped)
+        if dropped:
+            return []
         version = min(c.model_version for c in kept)  # the oldest kept completion sets the group's staleness
-        self._push_ada_metrics(group, kept, float(weights[0]))
         return self._samples(group.group_id, kept, advantages.tolist(), version)
+
+    def _drops(self, pool: Pool) -> bool:
+        """Refill, the asynchronous way: whether to keep this pool's group from the trainer because it has no signal
+        (DAPO's group filter; a pilot that stopped has none either). There are no batch slots to refill, so the loop
+        simply goes on with the next prompt. After `max_consecutive_drops` groups in a row were dropped the next one
+        is pushed whatever its signal (zero advantages, as TRL pushes such groups): a task on which no prompt gives
+        signal (a reward that never varies, a threshold above every reward) would otherwise starve the trainer."""
+        if not self.ada.refill or self._refill_signal(pool):
+            self._ada_drops = 0
+            return False
+        if self._ada_drops < self.ada.max_consecutive_drops:
+            self._ada_drops += 1
+            return True
+        if not self._ada_drop_guard_warned:
+            self._ada_drop_guard_warned = True
+            logging.getLogger(__name__).warning(
+                "refill: %d groups in a row had no signal (all rewards equal), so this one is pushed with zero "
+                "advantages to keep the trainer fed (ada/pushed_without_signal_total counts these). If it keeps "
+                "happening, check the rewards against positive_threshold and the task's difficulty.",
+                self._ada_drops,
+            )
+        self._ada_drops = 0
+        return False
+
+    def _refill_signal(self, pool: Pool) -> bool:
+        """Whether refill keeps the pool: any two total rewards differ, or with `refill_filter_reward` any two values
+        of that function (completions whose value or total is NaN left out, as in the synchronous trainer)."""
+        column = self._ada_filter_column
+        if column is None:
+            return has_signal(pool)
+        values = {
+            c.rewards_per_func[column]
+            for c, total in zip(pool.samples, pool.rewards, strict=True)
+            if not math.isnan(c.rewards_per_func[column] + total)
+        }
+        return len(values) > 1
 
     def _samples(
         self, group_id: int, kept: list[Completion], advantages: list[float], version: int
@@ -455,8 +599,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 )
         return samples
 
-    def _push_ada_metrics(self, group: AdaGroup, kept: list[Completion], weight: float) -> None:
-        """`ada/*` metrics of one prompt, as rates `(numerator, denominator)` so the trainer averages over prompts."""
+    def _push_ada_metrics(self, group: AdaGroup, kept: list[Completion], weight: float, dropped: bool) -> None:
+        """`ada/*` metrics of one prompt, as rates `(numerator, denominator)` so the trainer averages over prompts,
+        and counters (`*_total`, summed by the trainer)."""
         pool, result = group.pool, group.result
         versions = [c.model_version for c in pool.samples]
         kept_pool = Pool(pool.positive_threshold)
@@ -474,6 +619,14 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         }
         if scored:
             values["ada/pool_pass_rate"] = (float(pool.num_positive), float(scored))
+        if self.ada.pilot_size:
+            values["ada/pilot_stopped_total"] = float(result.pilot_stopped)
+            values["ada/frac_pilot_stopped"] = (float(result.pilot_stopped), 1.0)
+        if self.ada.refill:
+            forced = not dropped and not self._refill_signal(pool)
+            values["ada/dropped_total"] = float(dropped)
+            values["ada/frac_dropped"] = (float(dropped), 1.0)
+            values["ada/pushed_without_signal_total"] = float(forced)
         self._push_metrics(values)
 
 
