@@ -114,7 +114,7 @@ def make_loop(cls: type, tokenizer: Any, questions: list[str], script: Script, *
     return loop_cls(
         model_name="toy",
         dataset=dataset,
-        reward_funcs=[exact_answer],
+        reward_funcs=kwargs.pop("reward_funcs", [exact_answer]),
         processing_class=tokenizer,
         **eos_token_ids(tokenizer),
         rollout_buffer=queue.Queue(),

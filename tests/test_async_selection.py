@@ -1,0 +1,291 @@
+"""Prompt selection, the pilot and refill in the asynchronous rollout worker, on CPU with a scripted completion source.
+
+The loop runs as in `test_async_worker` (its scripted `_generate_one_turn`). With `max_inflight_tasks` equal to the
+per-prompt in-flight cap the loop samples one prompt at a time, so group ids follow the dataset order (minus the rows
+selection skips) and groups are scored in id order: the expectations below are worked out by hand from that order.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from test_async_worker import RIGHT, WRONG, Script, exact_answer, make_loop, metrics_of
+from test_async_worker import tokenizer as tokenizer  # the fixture
+from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+
+A, B, C = "1+3", "2+2", "3+1"  # prompts with qid 0, 1, 2 in that order
+
+
+def length_reward(completions: list[list[dict[str, str]]], **kwargs: Any) -> list[float]:
+    """0.1 per character of the answer: a second reward that varies where `exact_answer` does not."""
+    return [0.1 * len(completion[-1]["content"].strip()) for completion in completions]
+
+
+def run_pushed(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
+    """Run `loop` until `num_groups` whole groups (of any ids) are pushed; stop it; return every group pushed."""
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    groups: dict[int, list[RolloutSample]] = defaultdict(list)
+
+    def whole() -> int:
+        return sum(len(rows) >= loop.num_generations for rows in groups.values())
+
+    deadline = time.monotonic() + timeout
+    try:
+        while whole() < num_groups:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {dict((g, len(s)) for g, s in groups.items())} rows in {timeout}s")
+            if loop._failed_event.is_set():
+                raise RuntimeError(loop._exception_info_queue.get_nowait())
+            try:
+                sample = loop.rollout_buffer.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            groups[sample.group_id].append(sample)
+    finally:
+        if not loop._loop.is_closed():
+            loop._loop.call_soon_threadsafe(loop._stop_event.set)
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    while True:
+        try:
+            sample = loop.rollout_buffer.get_nowait()
+        except queue.Empty:
+            break
+        groups[sample.group_id].append(sample)
+    return dict(groups)
+
+
+def question_of(tokenizer: Any, sample: RolloutSample) -> str:
+    return next(q for q in (A, B, C) if q in tokenizer.decode(sample.input_ids))
+
+
+def uniform(**kwargs: Any) -> AdaRolloutConfig:
+    """Groups of exactly 4 requests (one round of 4), pool baseline, ids as memory keys."""
+    settings = dict(sampling_strategy="uniform", samples_per_round=4, max_rounds=1, prompt_id_column="qid")
+    return AdaRolloutConfig(**{**settings, **kwargs})
+
+
+def all_wrong_no_signal_probability() -> float:
+    """Hand-worked: memory counts (0 right of 8), Beta(1, 1) prior, so Beta(1, 9) posterior; a group of 4 is all
+    wrong with probability 9/10 * 10/11 * 11/12 * 12/13 = 9/13 and all right with 1*2*3*4 / (10*11*12*13)."""
+    return 9 / 13 + 24 / (10 * 11 * 12 * 13)
+
+
+# Prompt selection
+
+
+def test_selection_skips_an_all_wrong_prompt_at_one_minus_the_floor(tokenizer: Any) -> None:
+    """P(no signal) = 0.6937 for a prompt seen 0 right of 8: at threshold 0.5 (and 0.69) it is kept with probability
+    `selection_floor`, over 4000 draws within 5 standard deviations; at threshold 0.70 it is always kept. A prompt the
+    memory has not seen is always kept."""
+    assert 0.69 < all_wrong_no_signal_probability() < 0.70
+    rows = [{"prompt": [{"role": "user", "content": q}], "qid": i} for i, q in enumerate((A, B))]
+    floor, draws = 0.3, 4000
+    for threshold, rate in ((0.5, floor), (0.69, floor), (0.70, 1.0)):
+        ada = uniform(prompt_selection="pass_rate", selection_threshold=threshold, selection_floor=floor)
+        loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], Script(tokenizer, {}), num_generations=4, ada=ada)
+        loop.ada_memory.update_many([("id:0", 0, 8)])
+        kept = sum(loop._keeps(rows[0]) for _ in range(draws))
+        bound = 5 * math.sqrt(draws * rate * (1 - rate)) + 1e-9
+        assert abs(kept - draws * rate) <= bound, (threshold, kept)
+        assert all(loop._keeps(rows[1]) for _ in range(100))
+
+
+def test_selection_draws_are_reproducible_from_the_seed(tokenizer: Any) -> None:
+    row = {"prompt": [{"role": "user", "content": A}], "qid": 0}
+
+    def decisions(seed: int) -> list[bool]:
+        ada = uniform(prompt_selection="pass_rate", selection_floor=0.5, seed=seed)
+        loop = make_loop(AdaRolloutLoop, tokenizer, [A], Script(tokenizer, {}), num_generations=4, ada=ada)
+        loop.ada_memory.update_many([("id:0", 0, 8)])
+        return [loop._keeps(row) for _ in range(200)]
+
+    assert decisions(5) == decisions(5)
+    assert decisions(5) != decisions(6)
+
+
+def test_skipped_prompts_are_not_sampled_and_are_counted(tokenizer: Any) -> None:
+    """Dataset A, B, C with A's memory all wrong and a floor of 1e-9: A is never requested; group ids go to B and C
+    only (0, 2, 4: B; 1, 3, 5: C); one skip is counted before each B dispatched."""
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG] * 40, C: [WRONG, RIGHT] * 40})
+    ada = uniform(prompt_selection="pass_rate", selection_floor=1e-9)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B, C], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    loop.ada_memory.update_many([("id:0", 0, 8)])
+    groups = run_pushed(loop, 6)
+    assert script.dispatched[A] == 0
+    assert loop.ada_memory.counts("id:0") == (0, 8)
+    for group_id in range(6):
+        assert {question_of(tokenizer, s) for s in groups[group_id]} == {B if group_id % 2 == 0 else C}
+    metrics = metrics_of(loop)
+    skipped = sum(metrics["ada/skipped_total"])
+    b_dispatches = math.ceil(script.dispatched[B] / 4)  # each B group asks for 4 at once
+    assert skipped in (b_dispatches, b_dispatches + 1)  # the last B may be dispatched but not yet requested
+    assert 3 <= skipped
+    assert sum(n for n, _ in metrics["ada/frac_skipped"]) == skipped
+
+
+def test_at_most_eight_skips_in_a_row(tokenizer: Any) -> None:
+    """With every prompt of the dataset skippable, the ninth row in a row is sampled anyway (the synchronous trainer's
+    `SidePrompts.MAX_CANDIDATES`), so the loop never spins on the iterator."""
+    script = Script(tokenizer, {A: [WRONG]})
+    ada = uniform(prompt_selection="pass_rate", selection_floor=1e-9)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    loop.ada_memory.update_many([("id:0", 0, 8)])
+    run_pushed(loop, 3)
+    assert set(metrics_of(loop)["ada/skipped_total"]) == {8.0}
+
+
+# The pilot
+
+
+def test_an_agreeing_pilot_stops_at_pilot_size_and_asks_for_nothing_more(tokenizer: Any) -> None:
+    """Memory 0 right of 8 (fewer than 20 prompts: Beta(1, 1) prior), pilot of 2 wrongs: the other 2 of the group are
+    wrong too with probability 11/12 * 12/13 = 11/13 = 0.846 >= 0.8, so the prompt stops after 2 requests (the
+    balanced rule alone would draw its whole budget of 8 on an all-wrong prompt). Without refill its group is pushed:
+    the two pilot completions twice each, advantage 0."""
+    assert 11 / 13 >= 0.8
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG]}, {B: [5.0]})  # B is still running when the test stops
+    ada = AdaRolloutConfig(samples_per_round=4, max_rounds=2, prompt_id_column="qid", pilot_size=2)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    loop.ada_memory.update_many([("id:0", 0, 8)])
+    rows = run_pushed(loop, 1)[0]
+    assert script.dispatched[A] == 2 and not script.cancelled[A]
+    assert [(s.metrics["reward"], s.advantage) for s in rows] == [(0.0, 0.0)] * 4
+    metrics = metrics_of(loop)
+    assert metrics["ada/pilot_stopped_total"] == [1.0]
+    assert metrics["ada/samples_per_prompt"] == [(2.0, 1.0)]
+    assert loop.ada_memory.counts("id:0") == pytest.approx((0.0, 0.9 * 8 + 2))
+
+
+def test_a_pilot_without_memory_goes_on(tokenizer: Any) -> None:
+    """Never seen: Beta(1, 3) after 2 wrongs, the other 2 are wrong with probability 3/4 * 4/5 = 0.6 < 0.8, so the
+    prompt goes on and, all wrong, draws its whole budget of 8."""
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG]}, {B: [5.0]})
+    ada = AdaRolloutConfig(samples_per_round=4, max_rounds=2, prompt_id_column="qid", pilot_size=2)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    run_pushed(loop, 1)
+    assert script.dispatched[A] == 8
+    assert metrics_of(loop)["ada/pilot_stopped_total"] == [0.0]
+
+
+# Refill
+
+
+def scored_and_pushed(loop: Any, num_groups: int) -> tuple[int, set[int], dict[str, list[Any]]]:
+    """Run until `num_groups` groups are pushed: (groups scored, ids pushed, metrics). Scoring runs in id order, one
+    `ada/samples_per_prompt` per scored group, so the scored ids are 0 .. scored - 1."""
+    groups = run_pushed(loop, num_groups)
+    metrics = metrics_of(loop)
+    return len(metrics["ada/samples_per_prompt"]), set(groups), metrics
+
+
+def test_refill_drops_exactly_the_groups_without_signal(tokenizer: Any) -> None:
+    """A all wrong, B right and wrong, C all right, in turn: of the scored groups exactly B's (ids 1, 4, 7, ...) are
+    pushed; A's and C's are counted as dropped, and their pools still reach the memory."""
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG] * 40, C: [RIGHT]})
+    loop = make_loop(
+        AdaRolloutLoop, tokenizer, [A, B, C], script, num_generations=4, max_inflight_tasks=4, ada=uniform(refill=True)
+    )
+    scored, pushed, metrics = scored_and_pushed(loop, 3)
+    assert pushed == {i for i in range(scored) if i % 3 == 1}
+    assert {1, 4, 7} <= pushed
+    dropped = scored - len(pushed)
+    assert sum(metrics["ada/dropped_total"]) == dropped >= 5
+    assert sum(n for n, _ in metrics["ada/frac_dropped"]) == dropped
+    assert sum(metrics["ada/pushed_without_signal_total"]) == 0
+    assert loop.ada_memory.counts("id:0")[0] == 0 and loop.ada_memory.counts("id:0")[1] > 0
+    assert loop.ada_memory.counts("id:2")[0] == loop.ada_memory.counts("id:2")[1] > 0
+
+
+def test_without_refill_groups_without_signal_are_pushed(tokenizer: Any) -> None:
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG] * 40, C: [RIGHT]})
+    loop = make_loop(
+        AdaRolloutLoop, tokenizer, [A, B, C], script, num_generations=4, max_inflight_tasks=4, ada=uniform()
+    )
+    scored, pushed, metrics = scored_and_pushed(loop, 3)
+    assert pushed == set(range(scored)) and "ada/dropped_total" not in metrics
+
+
+def test_refill_filter_reward_decides_on_that_function(tokenizer: Any) -> None:
+    """A answers 5, 55, 5, 55: all wrong, but the length reward differs, so its total has signal. Refill on the total
+    pushes A's groups; refill on `exact_answer` drops them (B, right and wrong, is pushed either way)."""
+    answers = {A: ["5", "55"] * 40, B: [RIGHT, WRONG] * 40}
+    for filter_reward, expected in ((None, lambda i: True), ("exact_answer", lambda i: i % 2 == 1)):
+        ada = uniform(refill=True, refill_filter_reward=filter_reward)
+        loop = make_loop(
+            AdaRolloutLoop,
+            tokenizer,
+            [A, B],
+            Script(tokenizer, answers),
+            num_generations=4,
+            max_inflight_tasks=4,
+            ada=ada,
+            reward_funcs=[exact_answer, length_reward],
+        )
+        scored, pushed, _ = scored_and_pushed(loop, 3)
+        assert pushed == {i for i in range(scored) if expected(i)}, filter_reward
+
+
+def test_refill_never_starves_the_trainer(tokenizer: Any) -> None:
+    """Every group all wrong, at most 3 drops in a row: groups 3, 7, 11, ... are pushed (zero advantages) and counted
+    as pushed without signal."""
+    script = Script(tokenizer, {A: [WRONG], B: [WRONG]})
+    ada = uniform(refill=True, max_consecutive_drops=3)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    groups = run_pushed(loop, 2)
+    metrics = metrics_of(loop)
+    scored = len(metrics["ada/samples_per_prompt"])
+    assert set(groups) == {i for i in range(scored) if i % 4 == 3} and {3, 7} <= set(groups)
+    assert all(s.advantage == 0.0 for rows in groups.values() for s in rows)
+    assert sum(metrics["ada/pushed_without_signal_total"]) == len(groups)
+    assert sum(metrics["ada/dropped_total"]) == scored - len(groups)
+
+
+def test_a_stopped_pilot_is_dropped_under_refill(tokenizer: Any) -> None:
+    """The pilot of the first test, with refill: A stops after 2 requests and its group is dropped, not pushed."""
+    script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG] * 40})
+    ada = AdaRolloutConfig(samples_per_round=4, max_rounds=2, prompt_id_column="qid", pilot_size=2, refill=True)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    loop.ada_memory.update_many([("id:0", 0, 8)])
+    scored, pushed, metrics = scored_and_pushed(loop, 2)
+    assert pushed == {i for i in range(scored) if i % 2 == 1}
+    a_groups = (scored + 1) // 2
+    assert metrics["ada/samples_per_prompt"] == [(2.0 if i % 2 == 0 else 4.0, 1.0) for i in range(scored)]
+    assert sum(metrics["ada/pilot_stopped_total"]) == sum(metrics["ada/dropped_total"]) == a_groups
+
+
+# Settings
+
+
+def test_config_checks_the_new_settings(tokenizer: Any) -> None:
+    with pytest.raises(ValueError, match="prompt_selection='often'"):
+        AdaRolloutConfig(prompt_selection="often").validate(4)
+    with pytest.raises(ValueError, match="selection_floor must be in"):
+        AdaRolloutConfig(prompt_selection="pass_rate", selection_floor=0.0).validate(4)
+    with pytest.raises(ValueError, match="pilot_size must be an integer from 0"):
+        AdaRolloutConfig(pilot_size=4).validate(4)
+    with pytest.raises(ValueError, match="pilot_stop_threshold must be in"):
+        AdaRolloutConfig(pilot_size=2, pilot_stop_threshold=1.5).validate(4)
+    with pytest.raises(ValueError, match="needs refill=True"):
+        AdaRolloutConfig(refill_filter_reward="exact_answer").validate(4)
+    with pytest.raises(ValueError, match="max_consecutive_drops must be an integer >= 1"):
+        AdaRolloutConfig(refill=True, max_consecutive_drops=0).validate(4)
+    AdaRolloutConfig(prompt_selection="pass_rate", pilot_size=3, refill=True).validate(4)
+    with pytest.raises(ValueError, match="refill_filter_reward='accuracy' names no reward function"):
+        make_loop(
+            AdaRolloutLoop,
+            tokenizer,
+            [A],
+            Script(tokenizer, {}),
+            num_generations=4,
+            ada=uniform(refill=True, refill_filter_reward="accuracy"),
+        )
