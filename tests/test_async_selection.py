@@ -7,8 +7,10 @@ selection skips) and groups are scored in id order: the expectations below are w
 
 from __future__ import annotations
 
+import asyncio
 import math
 import queue
+import re
 import threading
 import time
 from collections import defaultdict
@@ -289,3 +291,142 @@ def test_config_checks_the_new_settings(tokenizer: Any) -> None:
             num_generations=4,
             ada=uniform(refill=True, refill_filter_reward="accuracy"),
         )
+
+
+# Environments
+
+RESETS: list[dict[str, Any]] = []  # every reset's keyword arguments, across instances
+
+
+class ButtonEnv:
+    """A toy environment: `reset` tells the task in its observation, `press` is its one tool, and it owns a reward
+    (how often the button was pressed in this rollout)."""
+
+    created = 0
+
+    def __init__(self) -> None:
+        ButtonEnv.created += 1
+        self.presses = 0
+
+    def reset(self, **kwargs: Any) -> str:
+        RESETS.append({"env": id(self), **kwargs})
+        self.presses = 0
+        return f" (button task {kwargs['qid']}, env {id(self)})"
+
+    def press(self) -> str:
+        """Press the button.
+
+        Returns:
+            What happened.
+        """
+        self.presses += 1
+        return "pressed"
+
+    def get_reward(self) -> float:
+        return float(self.presses)
+
+
+class ButtonScript(Script):
+    """First turn of each request: call `press` (after the request's scripted delay); after the tool's response:
+    answer right on even requests of a prompt, wrong on odd ones. Counts requests (first turns) and keeps the prompt
+    text each was sent with."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompts: list[str] = []
+        self.request_of: dict[Any, int] = {}  # the task running a request (all its turns) -> its index k
+        self.env_of: dict[int, int] = {}  # request k -> the id of the environment instance it was reset on
+
+    async def turn(self, loop: Any, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
+        text = self.tokenizer.decode(prompt_ids)
+        question = self.question(prompt_ids)
+        if "pressed" in text:
+            k = self.request_of[asyncio.current_task()]
+            reply = f"{RIGHT if k % 2 == 0 else WRONG}<|im_end|>"
+        else:
+            k = self.dispatched[question]
+            self.dispatched[question] += 1
+            self.request_of[asyncio.current_task()] = k
+            self.env_of[k] = int(re.findall(r"env (\d+)", text)[-1])
+            self.prompts.append(text)
+            delays = self.delays.get(question, [0.0])
+            try:
+                await asyncio.sleep(delays[min(k, len(delays) - 1)])
+            except asyncio.CancelledError:
+                self.cancelled[question].append(k)
+                raise
+            reply = '<tool_call>\n{"name": "press", "arguments": {}}\n</tool_call><|im_end|>'
+        ids = self.tokenizer(reply, add_special_tokens=False).input_ids
+        return ids, [-0.5] * len(ids)
+
+
+def tool_tokenizer(tool_model_dir: Any) -> Any:
+    from accelerate.state import PartialState
+    from transformers import AutoTokenizer
+
+    PartialState()
+    return AutoTokenizer.from_pretrained(tool_model_dir)
+
+
+def test_environments_are_reset_per_request_and_their_reward_scores_it(tool_model_dir: Any) -> None:
+    """Each request resets an environment with the dataset row, sees its observation at the end of the prompt, calls
+    its tool once and is scored by `exact_answer` plus the environment's own reward (1: one press). Requests k = 0..3
+    of a group answer right, wrong, right, wrong: totals 2, 1, 2, 1, pool mean 1.5, advantages +-0.5. Instances are
+    reused: 8 requests, one at a time, need the probe instance only."""
+    tokenizer = tool_tokenizer(tool_model_dir)
+    RESETS.clear()
+    ButtonEnv.created = 0
+    script = ButtonScript(tokenizer, {A: [RIGHT]})
+    ada = uniform(max_in_flight=1)
+    loop = make_loop(
+        AdaRolloutLoop,
+        tokenizer,
+        [A],
+        script,
+        num_generations=4,
+        max_inflight_tasks=1,
+        ada=ada,
+        environment_factory=ButtonEnv,
+    )
+    assert loop.reward_func_names == ["exact_answer", "ButtonEnv"]
+    groups = run_pushed(loop, 2)
+    for group_id in (0, 1):
+        rows = groups[group_id]
+        assert sorted((s.metrics["reward"], s.advantage) for s in rows) == [(1.0, -0.5)] * 2 + [(2.0, 0.5)] * 2
+        assert all(s.metrics["rewards/ButtonEnv"] == 1.0 and s.metrics["tools/call_frequency"] == 1.0 for s in rows)
+    assert len(script.prompts) == script.dispatched[A]
+    assert all(text.count("(button task 0, env ") == 1 for text in script.prompts)
+    assert len(RESETS) == script.dispatched[A] >= 8
+    assert all(kwargs["qid"] == 0 for kwargs in RESETS)
+    assert ButtonEnv.created == 1
+
+
+def test_an_aborted_requests_environment_is_not_reused(tool_model_dir: Any) -> None:
+    """In each group of 2 under the `positive` rule, requests 4g and 4g+1 (right, wrong) are fast, 4g+2 and 4g+3
+    slow: the rule holds on the first two, so the slow ones are aborted while waiting in their first turn. Their
+    environment instances are never reset again (a tool call of theirs could still be running in a thread); the two
+    that finished go back to TRL's pool, and the next group resets them again."""
+    tokenizer = tool_tokenizer(tool_model_dir)
+    RESETS.clear()
+    script = ButtonScript(tokenizer, {A: [RIGHT]}, {A: [0.0, 0.0, 5.0, 5.0] * 10})
+    ada = uniform(sampling_strategy="positive")
+    loop = make_loop(
+        AdaRolloutLoop,
+        tokenizer,
+        [A],
+        script,
+        num_generations=2,
+        max_inflight_tasks=4,
+        ada=ada,
+        environment_factory=ButtonEnv,
+    )
+    groups = run_pushed(loop, 2)
+    assert all(sorted(s.metrics["reward"] for s in groups[g]) == [1.0, 2.0] for g in (0, 1))
+    assert script.cancelled[A][:4] == [2, 3, 6, 7]
+    resets = [entry["env"] for entry in RESETS]
+    for k in (2, 3, 6, 7):
+        assert resets.count(script.env_of[k]) == 1, k
+    assert {script.env_of[4], script.env_of[5]} == {script.env_of[0], script.env_of[1]}
+    metrics = metrics_of(loop)
+    discarded = sum(metrics["ada/environments_discarded_total"]) + loop._counters["ada/environments_discarded_total"]
+    assert discarded >= 4

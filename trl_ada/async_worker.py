@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import inspect
 import logging
 import math
 import random
@@ -309,11 +311,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     """TRL's asynchronous rollout loop with Reinforce-Ada's per-prompt sampling (see the module docstring)."""
 
     def __init__(self, *, ada: AdaRolloutConfig | None = None, **kwargs: Any) -> None:
-        if kwargs.get("environment_factory") is not None:
-            raise NotImplementedError(
-                "AdaRolloutWorker does not support environment_factory yet: TRL resets environments inside the "
-                "generate loop that this worker replaces. Use tools=, or TRL's AsyncRolloutWorker."
-            )
         super().__init__(**kwargs)
         self.ada = ada or AdaRolloutConfig()
         self.ada.validate(self.num_generations)
@@ -435,10 +432,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
 
     async def _sample_prompt(self, group_id: int, row: dict[str, Any]) -> AdaGroup:
         """One prompt's streaming successive elimination: the engine's session, fed by this loop's requests."""
-        prompt = row["prompt"]
         reward_kwargs = {k: v for k, v in row.items() if k not in {"prompt", "completion", "completion_ids"}}
-        tool_dict = {tool.__name__: tool for tool in self._standalone_tools}
-        backend = TaskBackend(lambda: self._draw(prompt, reward_kwargs, tool_dict, group_id))
+        backend = TaskBackend(lambda: self._draw(row, reward_kwargs, group_id))
         session = streaming_session(
             1,
             self.ada_schedule,
@@ -457,20 +452,96 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             await backend.close()
         return AdaGroup(group_id, row, session.finish())
 
-    async def _draw(
-        self, prompt: list[dict[str, Any]], reward_kwargs: dict[str, Any], tool_dict: dict[str, Any], group_id: int
-    ) -> Completion:
-        """One request of a prompt (a whole conversation with tools), scored as soon as it finishes."""
+    async def _draw(self, row: dict[str, Any], reward_kwargs: dict[str, Any], group_id: int) -> Completion:
+        """One request of a prompt (a whole conversation with tools), scored as soon as it finishes. With
+        `environment_factory`, each request resets an environment of its own first, as TRL's loop does per
+        generation (`_start_environment`), and the environment's `get_reward` scores it."""
         version = self.model_version  # at dispatch, as TRL tags its groups
-        completion, completion_ids, sequences, n_calls, n_failures, rollout_reward = await self._generate_one(
-            prompt, tool_dict=tool_dict, tools=self.tools, group_id=group_id
+        name, environment = self._checkout_environment(row)
+        returned = False
+        try:
+            prompt, tools, tool_dict = await self._start_environment(row, name, environment)
+            completion, completion_ids, sequences, n_calls, n_failures, rollout_reward = await self._generate_one(
+                prompt, tool_dict=tool_dict, tools=tools, group_id=group_id
+            )
+            env_reward = await self._environment_reward(environment)
+            if environment is not None:
+                self._environment_pool[name].append(environment)
+                returned = True
+        finally:
+            if environment is not None and not returned:
+                # Aborted (or failed): one of its tool calls may still be running in a thread, so it is not reused;
+                # the pool makes a fresh instance when it runs short.
+                self._counters["ada/environments_discarded_total"] += 1
+        per_func = await self._rewards_of(
+            prompt, completion, completion_ids, reward_kwargs, rollout_reward, env_reward
         )
-        per_func = await self._rewards_of(prompt, completion, completion_ids, reward_kwargs, rollout_reward)
         reward = float(total_reward(torch.tensor([per_func], dtype=torch.float64), torch.ones(len(per_func)))[0])
         self._total_completion_tokens += len(completion_ids)
         return Completion(
             prompt, completion, completion_ids, sequences, n_calls, n_failures, per_func, reward, version
         )
+
+    def _checkout_environment(self, row: dict[str, Any]) -> tuple[Any, Any]:
+        """`(environment name, instance)` for one request: an instance from TRL's pool, a new one when the pool is
+        empty (TRL's `_generate_loop`); `(None, None)` without `environment_factory`."""
+        if self.environment_factories is None:
+            return None, None
+        name = row.get("environment") if self._multi_environment else None
+        if self._multi_environment and name not in self.environment_factories:
+            raise ValueError(
+                f"Example has `environment={name!r}`, which is not among the environments passed to "
+                f"`environment_factory`. Expected one of: {list(self.environment_factories)}."
+            )
+        pool = self._environment_pool[name]
+        return name, (pool.pop() if pool else self.environment_factories[name]())
+
+    async def _start_environment(
+        self, row: dict[str, Any], name: Any, environment: Any
+    ) -> tuple[list[dict[str, Any]], list[Callable], dict[str, Callable]]:
+        """`(prompt, tools, tool dict)` of one request, as TRL's `_generate_loop` builds them: the environment reset
+        with the row (its `environment` field left out), its observation appended to the last prompt message, and
+        its public methods offered as tools beside the standalone ones."""
+        if environment is None:
+            return row["prompt"], self.tools, {tool.__name__: tool for tool in self._standalone_tools}
+        reset_kwargs = {k: v for k, v in row.items() if k != "environment"} if self._multi_environment else row
+        t0 = time.monotonic()
+        observation = await asyncio.get_running_loop().run_in_executor(
+            self._tool_pool, functools.partial(environment.reset, **reset_kwargs)
+        )
+        self._rates["env/reset_s"][0] += time.monotonic() - t0
+        self._rates["env/reset_s"][1] += 1
+        prompt = row["prompt"] if "prompt" in row else [{"role": "user", "content": ""}]
+        if observation is not None:
+            last = prompt[-1]
+            content = last["content"]
+            if isinstance(observation, list) and isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            if isinstance(observation, str) and isinstance(content, list):
+                observation = [{"type": "text", "text": observation}]
+            prompt = [*prompt[:-1], {**last, "content": content + observation}]  # a new list: rows are reused
+        methods = [
+            getattr(environment, member)
+            for member, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+            if member not in ("reset", "get_reward") and not member.startswith("_")
+        ]
+        tool_dict = {tool.__name__: tool for tool in self._standalone_tools + methods}
+        return prompt, self._env_tools[name], tool_dict
+
+    async def _environment_reward(self, environment: Any) -> tuple[type, float] | None:
+        """`(environment class, reward)` when the request's environment owns its reward (`get_reward`), read while
+        it still holds the request's final state; else None."""
+        if environment is None or type(environment) not in self._env_reward_types:
+            return None
+        get_reward = environment.get_reward
+        t0 = time.monotonic()
+        if inspect.iscoroutinefunction(get_reward):
+            reward = await get_reward()
+        else:
+            reward = await asyncio.get_running_loop().run_in_executor(self._tool_pool, get_reward)
+        self._rates["env/reward_s"][0] += time.monotonic() - t0
+        self._rates["env/reward_s"][1] += 1
+        return type(environment), reward
 
     async def _rewards_of(
         self,
@@ -479,9 +550,12 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         completion_ids: list[int],
         reward_kwargs: dict[str, Any],
         rollout_reward: float | None,
+        env_reward: tuple[type, float] | None = None,
     ) -> list[float]:
         """One completion's reward per source, called as TRL's `_score_group` calls them (async functions awaited,
-        others in a thread), with lists of one. `None` (unscorable) becomes NaN."""
+        others in a thread), with lists of one, in TRL's column order: the reward functions, one column per
+        environment class that owns its reward (`env_reward` fills its own class's), the rollout reward. `None`
+        (unscorable) becomes NaN."""
         kwargs = dict(
             completions=[completion],
             prompts=[prompt],
@@ -495,6 +569,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             ]
         )
         values = [column[0] for column in columns]
+        for env_type in self._env_reward_types:
+            values.append(env_reward[1] if env_reward is not None and env_reward[0] is env_type else None)
         if self._provides_rollout_reward:
             values.append(rollout_reward)
         return [math.nan if value is None else float(value) for value in values]
@@ -641,8 +717,6 @@ class AdaRolloutWorker(AsyncRolloutWorker):
     def __init__(self, *, ada: AdaRolloutConfig | None = None, **kwargs: Any) -> None:
         ada = ada or AdaRolloutConfig()
         ada.validate(kwargs.get("num_generations", 8))
-        if kwargs.get("environment_factory") is not None:
-            raise NotImplementedError("AdaRolloutWorker does not support environment_factory yet.")
         super().__init__(ada=ada, **kwargs)
 
 
