@@ -430,3 +430,21 @@ def test_an_aborted_requests_environment_is_not_reused(tool_model_dir: Any) -> N
     metrics = metrics_of(loop)
     discarded = sum(metrics["ada/environments_discarded_total"]) + loop._counters["ada/environments_discarded_total"]
     assert discarded >= 4
+
+
+def test_the_worker_takes_an_environment_factory_and_checks_the_new_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL's worker needs the vllm package only to build (see `test_async_worker`); with that check passed, ours
+    forwards `environment_factory` to the loop it spawns and rejects a pilot as large as the group before spawning."""
+    import pickle
+
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    from trl_ada.async_worker import AdaRolloutWorker
+
+    monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
+    ada = AdaRolloutConfig(prompt_selection="pass_rate", pilot_size=2, refill=True)
+    worker = AdaRolloutWorker(ada=ada, num_generations=4, reward_funcs=[exact_answer], environment_factory=ButtonEnv)
+    kwargs = pickle.loads(pickle.dumps(worker._loop_kwargs))
+    assert kwargs["environment_factory"] is ButtonEnv and kwargs["ada"] == ada
+    with pytest.raises(ValueError, match="pilot_size must be an integer from 0"):
+        AdaRolloutWorker(ada=AdaRolloutConfig(pilot_size=4), num_generations=4, reward_funcs=[exact_answer])

@@ -14,7 +14,12 @@ Design note: the seams in TRL (line numbers: TRL 1.16.0, `trl/experimental/async
   `mp.Value` stay TRL's.
 - `_AsyncRolloutLoop._generate_loop` (:536-722): requests exactly `num_generations` completions per prompt
   (`_repeat_iterator`, :878) and queues a group when that many finished (:696). This is the one method replaced:
-  `AdaRolloutLoop._generate_loop` runs one engine session per prompt and queues the pool when it stops.
+  `AdaRolloutLoop._generate_loop` runs one engine session per prompt and queues the pool when it stops. With
+  `environment_factory` TRL's loop takes an instance from its pool per request, resets it with the row (:555-584),
+  folds the observation into the prompt and offers its methods as tools (:585-610), and reads `get_reward` when
+  the request ends (:673-692); `AdaRolloutLoop._draw` does the same per request, on TRL's pool. An aborted
+  request's instance is not put back (a tool call of it may still be running in a thread): the pool makes a new one
+  when it runs short (`ada/environments_discarded_total`).
 - `_AsyncRolloutLoop._generate_one` (:890): one conversation (tools, re-tokenisation, fork reconciliation), one
   `/v1/completions` request per turn (`_generate_one_turn`, :999). Reused as is: it is one draw. Cancelling its task
   closes the HTTP connection, which vLLM's server takes as an abort of the request.
@@ -39,8 +44,19 @@ per-sample staleness check drops the whole group together when its oldest traine
 part of a group (its advantages were computed together). Completions of the pool that are not kept shape only the
 baseline and do not set the tag. `ada/pool_version_span` reports how many versions a pool spans.
 
-Not supported yet: `environment_factory` (TRL resets environments inside the `_generate_loop` it replaces), prompt
-selection and refill of no-signal prompts, the pilot, and `scale_rewards="batch"` (there is no batch here).
+Prompt selection, the pilot and refill: the synchronous trainer's rules, per prompt. Selection
+(`prompt_selection="pass_rate"`) asks the pass-rate memory before a prompt is dispatched and skips it (to the next
+row of the dataset) with probability `1 - selection_floor` when its next group would likely carry no signal
+(`trl_ada.selection.keep_probability`), from an RNG seeded with `seed`. The pilot is `trl_ada.engine.Pilot` with
+`trl_ada.selection.pilot_stop_rule`, in each prompt's session. Refill has no batch slots to refill here: a group
+whose pool has no signal is not pushed and the loop goes on with the next prompt (DAPO's dynamic sampling, the
+asynchronous way); after `max_consecutive_drops` drops in a row the next group is pushed anyway (zero advantages),
+so the trainer is never starved. A group whose pilot stopped has no signal: it is pushed (its pilot completions
+repeated to `num_generations`, advantage 0, as the synchronous trainer trains it and as TRL pushes zero-advantage
+groups) unless `refill` is on, which drops it like any group without signal.
+
+Not supported: `sampling_strategy="estimate"` (it splits one step's budget across a batch in advance) and
+`scale_rewards="batch"` (there is no batch here).
 """
 
 from __future__ import annotations
