@@ -385,7 +385,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
 
     def _memory_key(self, row: dict[str, Any]) -> str:
         """The row's key in the pass-rate memory, as the synchronous trainer makes it (by row with environments)."""
-        environments = getattr(self, "environment_factories", None) is not None
+        environments = self.environment_factories is not None
         return memory_key(row.get("prompt"), row, self.ada.prompt_id_column, by_row=environments)
 
     def _pilot(self, key: str) -> Pilot | None:
