@@ -200,6 +200,16 @@ class EmulatedEngine:
             heapq.heappush(self.heap, (self.steps + length, ticket))
         self.peak_running = max(self.peak_running, len(self.running))
 
+    def next_finish_time(self) -> float | None:
+        """The virtual time at which `wait` would return, were nothing submitted or aborted before then (None: nothing
+        running). An event-driven caller (the asynchronous benchmark) schedules its wake-up here; the arithmetic is
+        `wait`'s own, so the two agree to the bit."""
+        while self.heap and self.heap[0][1] not in self.running:
+            heapq.heappop(self.heap)
+        if not self.heap:
+            return None
+        return self.now + (self.heap[0][0] - self.steps) * self.regime.step_time(len(self.running))
+
     def wait(self) -> list[Finished]:
         while self.heap and self.heap[0][1] not in self.running:
             heapq.heappop(self.heap)

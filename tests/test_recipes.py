@@ -21,7 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning_per_token  # benchmarks/ is not a package
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if "accelerate" not in p.parts)
+# async-*.yaml are for AsyncGRPOTrainer (trl_ada/gpu_async_check.py reads them; tests/test_gpu_async_check.py checks
+# them), not for `trl-ada train`.
+ASYNC_RECIPES = sorted(RECIPES_DIR.glob("async-*.yaml"))
+RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if "accelerate" not in p.parts and p not in ASYNC_RECIPES)
 ACCELERATE = sorted((RECIPES_DIR / "accelerate").glob("*.yaml"))
 PAPER_RECIPES = [p for p in RECIPES if p.parent.name.startswith(("qwen2.5-math", "llama"))]
 GPU_RECIPES = [p for p in RECIPES if p.name != "toy-cpu.yaml"]
