@@ -149,11 +149,12 @@ def collect(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list
     return {g: groups[g] for g in range(num_groups)}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str | Callable[[], str], timeout: float = 10.0) -> None:
+    """Wait until `condition()` holds; else fail with `what` (or what it returns then)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
+            raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
         time.sleep(0.02)
 
 
@@ -204,10 +205,12 @@ def test_ada_loop_over_http_pushes_hand_checked_rows_and_aborts_the_rest(tokeniz
     """Balanced rule for a group of 4, 4 requests in flight per prompt, budget 8. "1+3": requests 0-3 answer
     W R W R, request 0 slowly; 1-3 finish first and their places go to requests 4-6, which never answer. When
     request 0 finishes, the prefix W R W R holds the rule: the pool is those 4, requests 4-6 are aborted and the
-    server sees their connections close. "2+2" runs beside it (R R W W, all fast). Advantages with the group
-    baseline and group scaling: (r - 1/2) / (sqrt(1/3) + 1e-4), the unbiased std of {0, 1, 0, 1}."""
-    answers = {"1+3": [WRONG, RIGHT, WRONG, RIGHT, WRONG], "2+2": [RIGHT, RIGHT, WRONG, WRONG, WRONG]}
-    delays = {"1+3": [0.3, 0.0, 0.0, 0.0, HANG], "2+2": [0.0]}
+    server sees their connections close. "2+2" runs beside it (R R W W, all fast), then "9+9" (which hangs).
+    Advantages with the group baseline and group scaling: (r - 1/2) / (sqrt(1/3) + 1e-4), the unbiased std of
+    {0, 1, 0, 1}."""
+    answers = {"1+3": [WRONG, RIGHT, WRONG, RIGHT, WRONG], "2+2": [RIGHT, RIGHT, WRONG, WRONG, WRONG], "9+9": [WRONG]}
+    # "9+9" (group 2) hangs, so "1+3" comes round again (group 3) only once group 0 has ended.
+    delays = {"1+3": [0.3, 0.0, 0.0, 0.0, HANG], "2+2": [0.0], "9+9": [HANG]}
     server = serve(answers, delays)
     ada = AdaRolloutConfig(
         sampling_strategy="balanced",
@@ -219,7 +222,7 @@ def test_ada_loop_over_http_pushes_hand_checked_rows_and_aborts_the_rest(tokeniz
     loop = http_loop(
         AdaRolloutLoop,
         tokenizer,
-        ["1+3", "2+2"],
+        ["1+3", "2+2", "9+9"],
         server,
         num_generations=4,
         max_inflight_tasks=8,
@@ -230,7 +233,10 @@ def test_ada_loop_over_http_pushes_hand_checked_rows_and_aborts_the_rest(tokeniz
         groups = collect(loop, 2)
         # While the loop runs on: the exit rule, not the loop's shutdown, closed requests 4-6.
         first = ["finished"] * 4 + ["cancelled"] * 3
-        wait_for(lambda: states(server, tokenizer, "1+3")[:7] == first, "1+3's requests 4-6 closed")
+        wait_for(
+            lambda: states(server, tokenizer, "1+3")[:7] == first,
+            lambda: f"1+3's requests 4-6 closed: {states(server, tokenizer, '1+3')}, {metrics_of(loop)}",
+        )
     server.settle()
 
     # What TRL's loop sent, as vLLM's /v1/completions reads it.
@@ -252,7 +258,7 @@ def test_ada_loop_over_http_pushes_hand_checked_rows_and_aborts_the_rest(tokeniz
             assert s.metrics["reward_std"] == pytest.approx(0.5)  # TRL's: the population std of the group
             assert isinstance(s.input_ids, type(s.old_log_probs))
 
-    # "1+3"'s first 7 requests are group 0's; later ones are its next epoch (group 2), stopped with the loop.
+    # "1+3"'s first 7 requests are group 0's; later ones are its next epoch's (group 3), stopped with the loop.
     slow = served_for(server, tokenizer, "1+3")
     assert [s.state for s in slow[:7]] == ["finished"] * 4 + ["cancelled"] * 3
     assert [s.emitted for s in slow[:7]] == [2, 2, 2, 2, 0, 0, 0]
