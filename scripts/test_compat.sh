@@ -26,14 +26,14 @@ TRL_SRC=${TRL_SRC:-}
 # The tests that run GRPOTrainer's code through our overrides: the seams' signatures, real training steps (rounds,
 # Est, streaming through transformers continuous batching and through a stand-in vLLM server), the failure modes,
 # several processes, checkpoint resume, the CLI and its recipes (ReinforceAdaConfig is a GRPOConfig), the trackers,
-# the fail-fast checks (a reward's log_metric goes through GRPOTrainer's _pending_metrics), the asynchronous worker,
-# and the GPU check's CPU mode.
+# the fail-fast checks (a reward's log_metric goes through GRPOTrainer's _pending_metrics), the asynchronous worker
+# (scripted, over HTTP against a stand-in vLLM server, and its TRL version gate), and the GPU check's CPU mode.
 COMPAT_TESTS=${COMPAT_TESTS:-"tests/test_compat.py tests/test_config.py tests/test_recipes.py tests/test_trainer.py
 tests/test_trainer_est.py tests/test_streaming_cb.py tests/test_streaming_server.py tests/test_failure_modes.py
 tests/test_integrations.py tests/test_multiprocess.py tests/test_multiprocess_est.py tests/test_multiprocess_faults.py
 tests/test_resume.py tests/test_resume_est.py tests/test_train_cli.py tests/test_gpu_check.py
 tests/test_tools_environments.py tests/test_vlm.py tests/test_fail_fast.py tests/test_multiprocess_resume.py
-tests/test_cli.py tests/test_async_worker.py"}
+tests/test_cli.py tests/test_async_worker.py tests/test_async_server.py tests/test_async_versions.py"}
 
 entries=("$@")
 [[ ${#entries[@]} -gt 0 ]] || read -ra entries <<<"$COMPAT_RELEASES"

@@ -2,19 +2,24 @@
 background thread) that streams scripted completions the way vLLM does, and records what it was asked and what
 happened to each request.
 
-Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (streamed only: `"stream": true`, `n=1`, prompt
-`[[ids]]` or `[ids]`; anything else gets HTTP 400), and `POST /standin/mode` (`{"mode": ...}`, for tests in other
-processes). Each event is `data: {json}` whose `choices[0]` holds `text`, `logprobs` (`tokens` as
+Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (`n=1`, prompt `[[ids]]` or `[ids]`; anything
+else gets HTTP 400), and `POST /standin/mode` (`{"mode": ...}`, for tests in other processes). A request with
+`"stream": true` is streamed: each event is `data: {json}` whose `choices[0]` holds `text`, `logprobs` (`tokens` as
 `"token_id:<id>"`, `token_logprobs`, `top_logprobs`) when the request asks for log-probs, `token_ids` when it sets
 `return_token_ids` (unless `token_ids_in_events=False`), and `finish_reason` on the last event ("stop" when the
-completion ends with a stop id, else "length"); the stream ends with `data: [DONE]`.
+completion ends with a stop id, else "length"); the stream ends with `data: [DONE]`. Any other request (what TRL's
+asynchronous GRPO worker sends) is answered in one JSON body once the whole completion is ready: one such choice
+holding every token (and `prompt_token_ids` when `return_token_ids` is set), plus `usage`; while it waits, the
+server watches the connection, and a client that leaves first makes the request "cancelled".
 
 Generation is scripted: `script(prompt_ids, request_index) -> (completion_ids, seconds_per_token)`; tokens are sent
-`tokens_per_event` at a time, with the delay before each event. The sampled-token log-prob is `logprob(token_id)`.
+`tokens_per_event` at a time, with the delay before each event (a non-streamed answer waits the sum of them). The
+sampled-token log-prob is `logprob(token_id)`.
 
 Modes: `"answer"`; `"silent"` (reads the request, never sends anything); `"headers"` (sends the response headers,
-then nothing). `fail(request_index)` may turn a request into an HTTP error (an int status) or a connection dropped
-after half its tokens (`"drop"`).
+then nothing; a non-streamed request is then treated as in `"silent"`). `fail(request_index)` may turn a request
+into an HTTP error (an int status) or a connection dropped after half its tokens (`"drop"`; non-streamed: dropped
+before the answer).
 
 Also here: `VLLMGenerationStub` and `attach`, which put a trainer built with `use_transformers_continuous_batching`
 into vLLM server mode against a stand-in (the `vllm` package, which `use_vllm=True` needs, is not installed in CI).
@@ -194,6 +199,8 @@ class StandInServer:
         if isinstance(fault, int):
             served.state = "failed"
             return web.json_response({"error": {"message": "injected fault", "code": fault}}, status=fault)
+        if payload.get("stream") is not True:
+            return await self._answer_whole(request, served, payload, fault)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         try:
             await response.prepare(request)
@@ -237,6 +244,34 @@ class StandInServer:
         served.state = "finished"
         return response
 
+    async def _answer_whole(self, request: web.Request, served: Served, payload: dict, fault: str | None) -> Any:
+        """A non-streamed request: the whole completion in one body after its scripted time, unless the client left
+        (or a `"drop"` fault closes the connection) first."""
+        if self.mode != "answer":
+            await self._until_gone(request, served)
+            return web.Response()
+        completion, delay = self.script(served.prompt_ids, served.index)
+        served.completion_ids = list(completion)[: payload.get("max_tokens") or None]
+        try:
+            deadline = time.monotonic() + delay * len(served.completion_ids)
+            while not _gone(request) and time.monotonic() < deadline:
+                await asyncio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+        except asyncio.CancelledError:
+            served.state = "cancelled"
+            raise
+        if _gone(request):
+            served.state = "cancelled"
+            return web.Response()
+        if fault == "drop":
+            served.state = "failed"
+            request.transport.close()
+            return web.Response()
+        body = self._event(served, payload, served.completion_ids, True, True)
+        n = len(served.completion_ids)
+        body["usage"] = {"prompt_tokens": len(served.prompt_ids), "completion_tokens": n}
+        served.emitted, served.state = n, "finished"
+        return web.json_response(body)
+
     def _event(self, served: Served, payload: dict, tokens: list[int], first: bool, last: bool) -> dict:
         finish = None
         if last:
@@ -279,10 +314,8 @@ def _gone(request: web.Request) -> bool:
 
 
 def _check_payload(payload: dict) -> str | None:
-    if payload.get("stream") is not True:
-        return "the stand-in server only streams"
     if payload.get("n", 1) != 1:
-        return f"n={payload.get('n')}; streaming sends one request per completion"
+        return f"n={payload.get('n')}; the clients under test send one request per completion"
     prompt = payload.get("prompt")
     ids = prompt[0] if isinstance(prompt, list) and prompt and isinstance(prompt[0], list) else prompt
     if isinstance(prompt, list) and len(prompt) > 1 and isinstance(prompt[0], list):

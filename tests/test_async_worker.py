@@ -100,7 +100,7 @@ def tokenizer() -> Any:
 
 
 def eos_token_ids(tokenizer: Any) -> dict[str, Any]:
-    """The loop's `eos_token_ids` argument, which TRL's loop takes from 1.16.0 on (1.14 has none)."""
+    """The loop's `eos_token_ids` argument, which TRL's loop takes from 1.15.0 on (1.14 has none)."""
     accepted = inspect.signature(_AsyncRolloutLoop.__init__).parameters
     return {"eos_token_ids": [tokenizer.eos_token_id]} if "eos_token_ids" in accepted else {}
 

@@ -33,9 +33,10 @@ Design note: the seams in TRL (line numbers: TRL 1.16.0, `trl/experimental/async
   1.14), `advantage`, `model_version`, `group_id`, `metrics`. The trainer (`async_grpo_trainer.py:351-407`) drops a
   sample when `current version - sample.model_version > max_staleness` and batches rows by `group_id` (:445, :540).
 
-Releases: `trl.experimental.async_grpo` with these seams is in TRL 1.14.0 and 1.16.0 (both read). Differences that
-touch this module: the loop takes `eos_token_ids` from 1.16.0 on (forwarded untouched), and `RolloutSample`'s arrays
-are lists in 1.14 (`_as_row` follows the installed annotation).
+Releases: the seams above were read in TRL 1.14.0, 1.14.1, 1.14.2, 1.15.0 and 1.16.0 (`SUPPORTED_ASYNC_TRL`;
+`AdaRolloutWorker` refuses any other release, as `trl.experimental` changes without deprecation). Differences that
+touch this module: the loop takes `eos_token_ids` from 1.15.0 on (forwarded untouched), and `RolloutSample`'s arrays
+are lists before 1.16.0 (`_as_row` follows the installed annotation).
 
 Staleness: a completion's version is the policy version when its request was dispatched (TRL tags a group with the
 version when its first request was dispatched, :626, the oldest of its requests). A pool may span versions; all
@@ -75,12 +76,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from trl.experimental.async_grpo.async_rollout_worker import (
-    AsyncRolloutWorker,
-    RolloutSample,
-    TrainingSequence,
-    _AsyncRolloutLoop,
-)
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from trl.trainer.utils import is_async_callable
 
 from .advantages import pool_advantages, total_reward
@@ -109,6 +107,37 @@ from .engine import (
 from .memory import PassRateMemory, memory_key, memory_updates
 from .prompt_stream import SidePrompts
 from .selection import keep_probability, pilot_stop_rule
+
+# The TRL releases whose asynchronous GRPO worker was read and tested (`make test-compat`). Kept apart from
+# `trl_ada.compat.SUPPORTED_TRL`: `trl.experimental` may change in a release whose GRPOTrainer does not.
+_ASYNC_TRL_RANGE = ">=1.14.0,<1.17"  # written out: SpecifierSet's str() reorders it
+SUPPORTED_ASYNC_TRL = SpecifierSet(_ASYNC_TRL_RANGE)
+
+
+def _unsupported_trl(installed: str) -> str:
+    return (
+        f"trl_ada.async_worker supports TRL {_ASYNC_TRL_RANGE} (trl.experimental.async_grpo as read in those "
+        f"releases), and TRL {installed} is installed: its private rollout-loop seams may differ. Install a "
+        f"supported TRL (pip install 'trl{_ASYNC_TRL_RANGE}')."
+    )
+
+
+try:
+    from trl.experimental.async_grpo.async_rollout_worker import (
+        AsyncRolloutWorker,
+        RolloutSample,
+        TrainingSequence,
+        _AsyncRolloutLoop,
+    )
+except ImportError as error:  # a TRL without the seams: say which TRL is needed, not which name is missing
+    raise ImportError(_unsupported_trl(trl.__version__)) from error
+
+
+def check_async_trl_version() -> None:
+    """Raise a RuntimeError unless the installed TRL is one whose asynchronous worker this module was built on."""
+    if not SUPPORTED_ASYNC_TRL.contains(Version(trl.__version__), prereleases=True):
+        raise RuntimeError(_unsupported_trl(trl.__version__))
+
 
 _ADA_FIELDS = {f.name: f for f in dataclasses.fields(ReinforceAdaConfig)}
 
@@ -790,11 +819,12 @@ class AdaRolloutWorker(AsyncRolloutWorker):
     """`AsyncRolloutWorker` whose child runs `AdaRolloutLoop`: pass it as `rollout_worker=` to `AsyncGRPOTrainer`.
 
     Takes `AsyncRolloutWorker`'s kwargs (forwarded to the loop, so picklable) plus `ada`, the sampling settings;
-    they are checked here, before the child is spawned."""
+    they are checked here, before the child is spawned. Refuses (RuntimeError) a TRL outside `SUPPORTED_ASYNC_TRL`."""
 
     _loop_cls = AdaRolloutLoop
 
     def __init__(self, *, ada: AdaRolloutConfig | None = None, **kwargs: Any) -> None:
+        check_async_trl_version()
         ada = ada or AdaRolloutConfig()
         ada.validate(kwargs.get("num_generations", 8))
         super().__init__(ada=ada, **kwargs)
@@ -866,6 +896,7 @@ class AdaRolloutWorker(AsyncRolloutWorker):
 
 
 __all__ = [
+    "SUPPORTED_ASYNC_TRL",
     "TRAINER_ARG_KWARGS",
     "AdaGroup",
     "AdaRolloutConfig",
@@ -873,4 +904,5 @@ __all__ = [
     "AdaRolloutWorker",
     "Completion",
     "TaskBackend",
+    "check_async_trl_version",
 ]
