@@ -57,6 +57,7 @@ POSTERIOR = {"round_sizing": "posterior"}
 SELECT = {"prompt_selection": "pass_rate"}
 REFILL = {"refill": True}
 PILOT = {"pilot_size": 2}
+REUSE = {"num_iterations": 2}
 
 
 # Streaming through transformers' continuous batching, with a KV cache sized for the toy tasks (16 prompts x 8 in
@@ -107,6 +108,10 @@ CATALOG: dict[str, tuple[Any, float]] = {
     # DAPO's refill with the pilot as a cheap screen: a slot whose pilot agrees costs 2 completions, not 4, before it
     # is handed to a fresh prompt, so each step trains more groups with signal per generated token.
     "dapo-4-pilot": (_method("DAPO n=4 + pilot 2", 4, "uniform", **REFILL, **PILOT), 1.5),
+    # Sample reuse (GRPOConfig.num_iterations, the GRPO paper's mu): every generation batch trains two optimizer steps,
+    # the second with PPO's clipped ratio against the sampling policy. Plain GRPOTrainer, and under the pilot.
+    "grpo-4-reuse2": (_method("GRPO n=4, 2 steps per batch", 4, None, **REUSE), 1.6),
+    "grpo-4-pilot-reuse2": (_method("GRPO n=4 + pilot 2, 2 steps per batch", 4, "uniform", **PILOT, **REUSE), 1.6),
 }
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with
@@ -514,7 +519,8 @@ def testbed_line(testbed: dict[str, Any]) -> str:
         f"{testbed['accuracy']:.3f}; all right at n=4 {testbed['frac_all_correct_n4']:.2f}, all wrong at n=4 "
         f"{testbed['frac_all_wrong_n4']:.2f}; mean length right {length(testbed['mean_len_right'])}, wrong "
         f"{length(testbed['mean_len_wrong'])} tokens, p90/p10 of per-prompt mean length "
-        f"{testbed['len_p90_over_p10']:.2f}, truncated {testbed['frac_truncated']:.3f}; "
+        f"{testbed['len_p90_over_p10']:.2f}, truncated {testbed['frac_truncated']:.3f}; prompts whose samples all "
+        f"agree hold {testbed.get('frac_tokens_prompts_always_agree', float('nan')):.2f} of the tokens; "
         f"{testbed['visits_per_prompt']:.2f} visits per prompt (min {testbed['visits_per_prompt_min']})"
     )
 

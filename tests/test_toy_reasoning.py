@@ -199,6 +199,13 @@ def test_toy_model_dir_task_names(tmp_path, monkeypatch):
         toy.toy_model_dir(tmp_path, task="chess")
 
 
+def test_always_agree_token_share_counts_only_prompts_whose_samples_all_agree():
+    # Four prompts of 4 samples: 0 right (mean length 40), 4 right (10), 2 right (20), 1 right (30). The first two
+    # agree: (40 + 10) / (40 + 10 + 20 + 30) = 0.5 of the tokens.
+    assert toy.always_agree_token_share([0, 4, 2, 1], [40.0, 10.0, 20.0, 30.0], 4) == pytest.approx(0.5)
+    assert toy.always_agree_token_share([1, 3], [5.0, 7.0], 4) == 0.0
+
+
 # --- the shipped warm model -----------------------------------------------------------------------------------------
 
 

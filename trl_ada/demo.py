@@ -46,7 +46,8 @@ class ToyMethod:
     label: str
     num_generations: int  # the group size the loss sees
     strategy: str | None = None
-    options: tuple[tuple[str, Any], ...] = ()  # further ReinforceAdaConfig fields, e.g. (("refill", True),)
+    # further config fields, e.g. (("refill", True),); GRPOConfig's own (("num_iterations", 2),) for plain GRPO too
+    options: tuple[tuple[str, Any], ...] = ()
 
 
 METHODS: dict[str, ToyMethod] = {
@@ -374,7 +375,7 @@ def _toy_config(
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
 
     if spec.strategy is None:
-        return GRPOConfig(**settings), GRPOTrainer
+        return GRPOConfig(**settings, **dict(spec.options)), GRPOTrainer
     ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
     ada.update(spec.options)
     return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer

@@ -415,6 +415,17 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def always_agree_token_share(right: Sequence[float], mean_length: Sequence[float], num_samples: int) -> float:
+    """The share of sampling tokens spent on prompts whose ``num_samples`` samples all agree (none or all right).
+
+    With ``right[i]`` of ``num_samples`` right and a mean completion length ``mean_length[i]``, a group of any fixed
+    size costs prompt i tokens in proportion to ``mean_length[i]``; prompts whose samples all agree have an unbiased
+    estimate of 0 for the chance that a group of theirs carries signal. So this is the most that skipping prompts could
+    save while keeping every group with signal, had the sampler known each prompt's pass rate before sampling it."""
+    agree = sum(length for c, length in zip(right, mean_length, strict=True) if c in (0, num_samples))
+    return agree / sum(mean_length)
+
+
 def sample_properties(
     model: transformers.PreTrainedModel,
     tokenizer: transformers.PreTrainedTokenizerBase,
@@ -465,6 +476,7 @@ def sample_properties(
         f"frac_all_wrong_first{group}": sum(not any(rewards[j] for j in rows[:group]) for rows in per_prompt)
         / prompts,
         "frac_prompts_never_right": sum(c == 0 for c in right) / prompts,
+        "frac_tokens_prompts_always_agree": always_agree_token_share(right, mean_length, num_samples),
         "frac_prompts_always_right": sum(c == num_samples for c in right) / prompts,
         "mean_len_right": statistics.fmean(right_lengths) if right_lengths else None,
         "mean_len_wrong": statistics.fmean(wrong_lengths) if wrong_lengths else None,
