@@ -199,6 +199,25 @@ def test_recommended_is_a_catalog_method_under_its_own_name():
     assert "recommended" in learning_per_token.parse_args(["--methods", "grpo-4", "recommended"]).methods
 
 
+def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ada import ReinforceAdaConfig
+    from trl_ada.demo import _toy_config, _toy_settings
+
+    def config_of(key):
+        method, _ = learning_per_token.CATALOG[key]
+        settings = _toy_settings(method, 64, 10, 16, 0, 1e-4, "none", tmp_path, 1)
+        return _toy_config(method, settings, 8, 4)
+
+    reuse, reuse_class = config_of("grpo-4-reuse2")
+    assert reuse_class is GRPOTrainer and type(reuse) is GRPOConfig and reuse.num_iterations == 2
+    plain, _ = config_of("grpo-4")
+    assert plain.num_iterations == 1
+    pilot, _ = config_of("grpo-4-pilot-reuse2")
+    assert isinstance(pilot, ReinforceAdaConfig) and pilot.num_iterations == 2 and pilot.pilot_size == 2
+
+
 def test_summary_needs_the_baseline():
     with pytest.raises(ValueError, match="grpo-4"):
         learning_per_token.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])
