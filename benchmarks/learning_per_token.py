@@ -112,7 +112,15 @@ CATALOG: dict[str, tuple[Any, float]] = {
     # the second with PPO's clipped ratio against the sampling policy. Plain GRPOTrainer, and under the pilot.
     "grpo-4-reuse2": (_method("GRPO n=4, 2 steps per batch", 4, None, **REUSE), 1.6),
     "grpo-4-pilot-reuse2": (_method("GRPO n=4 + pilot 2, 2 steps per batch", 4, "uniform", **PILOT, **REUSE), 1.6),
+    # Oracle subsets: GRPO n=4 trained only on the training prompts chosen with the start model's own pass rates and
+    # lengths, measured in advance (16 samples per prompt, `oracle_subsets`). Not a method a user can run: a bound on
+    # what skipping prompts could buy. "agree" drops the prompts whose 16 samples all agree (no signal lost);
+    # "signal per token" keeps the prompts whose expected groups with signal per sampled token are at least the
+    # training set's average (the cheapest signal, as budgets by signal per cost would pick it).
+    "grpo-4-oracle-agree": (_method("GRPO n=4, oracle: no all-agree prompts", 4), 1),
+    "grpo-4-oracle-spt": (_method("GRPO n=4, oracle: top signal per token", 4), 1),
 }
+ORACLE_SUBSETS = {"grpo-4-oracle-agree": "agree", "grpo-4-oracle-spt": "signal_per_token"}
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with
 # and without the pilot at four: benchmarks/README.md#the-reasoning-task), so it stays until one does.
@@ -399,6 +407,54 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def group_signal_probability(right: int, num_samples: int, group: int = 4) -> float:
+    """The chance that `group` of a prompt's `num_samples` samples, `right` of them right, drawn without replacement,
+    are not all equal: an unbiased estimate of 1 - p^group - (1 - p)^group."""
+    total = math.comb(num_samples, group)
+    return 1.0 - (math.comb(right, group) + math.comb(num_samples - right, group)) / total
+
+
+def oracle_subsets(
+    contents: Sequence[str], right: Sequence[int], mean_len: Sequence[float], num_samples: int, group: int = 4
+) -> dict[str, dict[str, Any]]:
+    """Two subsets of the training prompts, chosen with their measured pass rates and lengths (see `ORACLE_SUBSETS`):
+    "agree", every prompt whose samples do not all agree; "signal_per_token", every prompt whose chance of a group
+    with signal per sampled token, P / L, is at least the set's sum(P) / sum(L). Each with its prompts, its share of
+    the set's sampling tokens and its share of the set's expected groups with signal."""
+    signal = [group_signal_probability(int(c), num_samples, group) for c in right]
+    total_signal, total_tokens = sum(signal), sum(mean_len)
+    average = total_signal / total_tokens
+    chosen = {
+        "agree": [i for i, c in enumerate(right) if 0 < c < num_samples],
+        "signal_per_token": [i for i, (s, n) in enumerate(zip(signal, mean_len, strict=True)) if s / n >= average],
+    }
+    return {
+        name: {
+            "prompts": [contents[i] for i in members],
+            "token_share": sum(mean_len[i] for i in members) / total_tokens,
+            "signal_share": sum(signal[i] for i in members) / total_signal if total_signal else None,
+        }
+        for name, members in chosen.items()
+    }
+
+
+def training_rows(task: Any, rows: int, seed: int, keep: Sequence[str] | None = None) -> Any:
+    """The task's `rows` training rows for `seed`, or, with `keep`, the first `rows` of its seeded epochs whose prompt
+    is in `keep` (whole epochs over that subset, each in the seed's order)."""
+    if keep is None:
+        return task.train_rows(rows, seed)
+    wanted = set(keep)
+    epochs = 1
+    while True:
+        candidates = task.train_rows(rows * epochs, seed)
+        picked = [i for i, prompt in enumerate(candidates["prompt"]) if prompt[-1]["content"] in wanted]
+        if len(picked) >= rows:
+            return candidates.select(picked[:rows])
+        if not picked:
+            raise ValueError("no training prompt is in the subset")
+        epochs *= 2
+
+
 def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> dict[str, Any]:
     """Train one method from the warm start with one seed, in this process; return its measurements."""
     from trl_ada.demo import train_toy
@@ -410,7 +466,8 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
     # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
     # the same for every seed. Token-matched runs train on the rows in their order, so a longer run's first steps see
     # the baseline's prompts in the baseline's order.
-    train = task.train_rows(steps * prompts_per_step, seed)
+    subset = settings.get("oracle_subsets", {}).get(ORACLE_SUBSETS.get(key, ""))
+    train = training_rows(task, steps * prompts_per_step, seed, None if subset is None else subset["prompts"])
     heldout = task.heldout(settings["heldout"])
     run = train_toy(
         CATALOG[key][0],
@@ -482,6 +539,7 @@ def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) 
         "task": settings["task"],
         "measured_on": f"the {len(distinct)} distinct prompts of seed {seed}'s {len(rows)} training rows",
         **properties,
+        "contents": [prompt[-1]["content"] for prompt in distinct["prompt"]],  # for the oracle subsets, then dropped
         "visits_per_prompt": len(rows) / len(distinct),
         "visits_per_prompt_min": min(visits.values()),
         "visits_per_prompt_max": max(visits.values()),
@@ -562,7 +620,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
     parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "reasoning"], help="the toy task")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "recommended"], choices=METHODS)
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=[m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS],
+        choices=METHODS,
+        help="methods to run (default: all but 'recommended', a second name, and the oracle subsets, bounds)",
+    )
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
     parser.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
     parser.add_argument("--heldout", type=int, help="held-out prompts")
@@ -630,6 +694,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     began = time.perf_counter()
     testbed = measure_testbed(settings, args.seeds[0])
     testbed["seconds"] = round(time.perf_counter() - began, 1)
+    per_prompt = testbed.pop("per_prompt")
+    if any(key in ORACLE_SUBSETS for key in args.methods):
+        subsets = oracle_subsets(
+            testbed.pop("contents"), per_prompt["right"], per_prompt["mean_len"], testbed["samples_per_prompt"]
+        )
+        settings["oracle_subsets"] = subsets
+        testbed["oracle_subsets"] = {
+            name: {"prompts": len(subset["prompts"]), **{k: v for k, v in subset.items() if k != "prompts"}}
+            for name, subset in subsets.items()
+        }
+        print(f"oracle subsets: {testbed['oracle_subsets']}", flush=True)
+    testbed.pop("contents", None)
     print(f"testbed: {testbed_line(testbed)}", flush=True)
     if args.testbed_only:
         report = {"command": _command(argv), "settings": settings, "machine": machine, "testbed": testbed}

@@ -218,6 +218,45 @@ def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_pa
     assert isinstance(pilot, ReinforceAdaConfig) and pilot.num_iterations == 2 and pilot.pilot_size == 2
 
 
+def test_group_signal_probability_hand_worked():
+    # 16 samples, 8 right: C(8, 4) = 70 all-right and 70 all-wrong groups of 4 among C(16, 4) = 1820.
+    assert learning_per_token.group_signal_probability(8, 16) == pytest.approx(1 - 140 / 1820)
+    assert learning_per_token.group_signal_probability(0, 16) == 0.0
+    # 3 right: no group of 4 is all right (C(3, 4) = 0); C(13, 4) = 715 are all wrong.
+    assert learning_per_token.group_signal_probability(3, 16) == pytest.approx(1 - 715 / 1820)
+    assert learning_per_token.group_signal_probability(16, 16) == 0.0
+
+
+def test_oracle_subsets_hand_worked():
+    # Four prompts of 8 samples (groups of 4, C(8, 4) = 70): right 0, 4, 2, 8; mean lengths 40, 10, 20, 30.
+    # P(signal): 0; 1 - (1 + 1) / 70 = 34/35; 1 - (0 + C(6, 4) = 15) / 70 = 11/14; 0.
+    # Average signal per token: (34/35 + 11/14) / 100 = 0.01757; P / L: 0.0971 (kept), 0.0393 (kept), 0 and 0.
+    subsets = learning_per_token.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 20.0, 30.0], 8)
+    assert subsets["agree"]["prompts"] == ["b", "c"]
+    assert subsets["agree"]["token_share"] == pytest.approx(0.3) and subsets["agree"]["signal_share"] == 1.0
+    assert subsets["signal_per_token"]["prompts"] == ["b", "c"]
+    # With prompt c twice as long (40), its 11/14 / 40 = 0.0196 still beats (34/35 + 11/14) / 120 = 0.0146; at 80 it
+    # does not (0.0098 against 0.0110), and the subset is b alone, holding 34/35 / (34/35 + 11/14) of the signal.
+    longer = learning_per_token.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 80.0, 30.0], 8)
+    assert longer["signal_per_token"]["prompts"] == ["b"]
+    assert longer["signal_per_token"]["signal_share"] == pytest.approx((34 / 35) / (34 / 35 + 11 / 14))
+    assert longer["signal_per_token"]["token_share"] == pytest.approx(10 / 160)
+
+
+def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
+    from trl_ada.toy import toy_task
+
+    task = toy_task("reasoning")
+    full = task.train_rows(800, 3)
+    contents = [prompt[-1]["content"] for prompt in full["prompt"]]
+    keep = sorted(set(contents))[:50]  # 50 of the 400 prompts
+    rows = learning_per_token.training_rows(task, 120, 3, keep)
+    picked = [prompt[-1]["content"] for prompt in rows["prompt"]]
+    expected = [c for c in [p[-1]["content"] for p in task.train_rows(400 * 3, 3)["prompt"]] if c in set(keep)][:120]
+    assert picked == expected and len(set(picked[:50])) == 50  # the first epoch over the subset visits each once
+    assert learning_per_token.training_rows(task, 16, 3)["prompt"] == full.select(range(16))["prompt"]
+
+
 def test_summary_needs_the_baseline():
     with pytest.raises(ValueError, match="grpo-4"):
         learning_per_token.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])

@@ -490,6 +490,8 @@ def sample_properties(
         )
         / len(ids),
         "by_level": by_level,
+        # Per prompt, in the dataset's order: how many of its samples were right, and their mean length.
+        "per_prompt": {"right": right, "mean_len": mean_length},
     }
 
 
