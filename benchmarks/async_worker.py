@@ -89,8 +89,8 @@ METHODS = (
     # AdaRolloutConfig's defaults: balanced, rounds of 8, at most 4 (budget 32), 8 requests in flight per prompt.
     Method("ada-bal", "Ada-balanced 8x4 (n=4)", 4, AdaRolloutConfig(sampling_strategy="balanced")),
     Method("ada-pos", "Ada-positive 8x4 (n=4)", 4, AdaRolloutConfig(sampling_strategy="positive")),
-    # The sampling fields of the recipes' `efficient` setting (positive, 4 x 2); its prompt selection is not offered
-    # by the asynchronous worker yet.
+    # The sampling fields of the recipes' `efficient` setting (positive, 4 x 2), without its prompt selection: every
+    # prompt here is new, so the memory would have nothing to act on.
     Method(
         "ada-pos-4x2",
         "Ada-positive 4x2 (n=4)",

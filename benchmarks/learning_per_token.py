@@ -109,9 +109,8 @@ CATALOG: dict[str, tuple[Any, float]] = {
     # is handed to a fresh prompt, so each step trains more groups with signal per generated token.
     "dapo-4-pilot": (_method("DAPO n=4 + pilot 2", 4, "uniform", **REFILL, **PILOT), 1.5),
     # Sample reuse (GRPOConfig.num_iterations, the GRPO paper's mu): every generation batch trains two optimizer steps,
-    # the second with PPO's clipped ratio against the sampling policy. Plain GRPOTrainer, and under the pilot.
+    # the second with PPO's clipped ratio against the sampling policy. Plain GRPOTrainer.
     "grpo-4-reuse2": (_method("GRPO n=4, 2 steps per batch", 4, None, **REUSE), 1.6),
-    "grpo-4-pilot-reuse2": (_method("GRPO n=4 + pilot 2, 2 steps per batch", 4, "uniform", **PILOT, **REUSE), 1.6),
     # Oracle subsets: GRPO n=4 trained only on the training prompts chosen with the start model's own pass rates and
     # lengths, measured in advance (16 samples per prompt, `oracle_subsets`). Not a method a user can run: a bound on
     # what skipping prompts could buy. "agree" drops the prompts whose 16 samples all agree (no signal lost);

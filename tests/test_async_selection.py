@@ -443,8 +443,35 @@ def test_the_worker_takes_an_environment_factory_and_checks_the_new_settings(mon
 
     monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
     ada = AdaRolloutConfig(prompt_selection="pass_rate", pilot_size=2, refill=True)
-    worker = AdaRolloutWorker(ada=ada, num_generations=4, reward_funcs=[exact_answer], environment_factory=ButtonEnv)
+    with pytest.warns(UserWarning, match="restarts earlier in the dataset"):
+        worker = AdaRolloutWorker(
+            ada=ada, num_generations=4, reward_funcs=[exact_answer], environment_factory=ButtonEnv
+        )
     kwargs = pickle.loads(pickle.dumps(worker._loop_kwargs))
     assert kwargs["environment_factory"] is ButtonEnv and kwargs["ada"] == ada
     with pytest.raises(ValueError, match="pilot_size must be an integer from 0"):
         AdaRolloutWorker(ada=AdaRolloutConfig(pilot_size=4), num_generations=4, reward_funcs=[exact_answer])
+
+
+@pytest.mark.parametrize(
+    ("settings", "warns"),
+    [({}, False), ({"pilot_size": 2}, False), ({"refill": True}, True), ({"prompt_selection": "pass_rate"}, True)],
+)
+def test_the_worker_warns_that_resume_and_epochs_drift_with_refill_or_selection(
+    monkeypatch: pytest.MonkeyPatch, settings: dict, warns: bool
+) -> None:
+    """AsyncGRPOTrainer resumes at "the first group id never trained" and ends an epoch after len(dataset) trained
+    groups; a dropped group (refill) is never trained and a skipped row (selection) gets no id, so both drift. The
+    pilot alone pushes every group (a stopped pilot as zero advantages): no drift, no warning."""
+    import warnings
+
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    from trl_ada.async_worker import AdaRolloutWorker
+
+    monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AdaRolloutWorker(ada=AdaRolloutConfig(**settings), num_generations=4, reward_funcs=[exact_answer])
+    resume = [w for w in caught if "restarts earlier in the dataset" in str(w.message)]
+    assert len(resume) == (1 if warns else 0)

@@ -321,3 +321,30 @@ def test_the_worker_spawns_our_loop_and_checks_settings_before_spawning(monkeypa
     assert pickle.loads(pickle.dumps(worker._loop_kwargs))["ada"] == ada
     with pytest.raises(ValueError, match="more than the 4 completions"):
         AdaRolloutWorker(ada=AdaRolloutConfig(min_positives=3, min_negatives=2), num_generations=4)
+
+
+def test_requests_in_flight_never_exceed_max_inflight_tasks_even_below_the_per_prompt_cap(tokenizer: Any) -> None:
+    """Rounds of 8 (8 requests in flight per prompt by default) under max_inflight_tasks=3: one prompt at a time,
+    with at most 3 of its requests in flight. Every request is slow and every answer wrong, so the prompt draws its
+    whole budget, 3 at a time."""
+    q = "2+2"
+    script = Script(tokenizer, {q: ["5"]}, {q: [0.05]})
+    ada = AdaRolloutConfig(sampling_strategy="balanced", samples_per_round=8, max_rounds=1)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [q], script, num_generations=4, max_inflight_tasks=3, ada=ada)
+    assert loop.concurrent_prompts == 1
+    finished_at_dispatch: list[int] = []
+    original = script.turn
+
+    async def counting_turn(loop_: Any, prompt_ids: list[int]) -> Any:
+        finished_at_dispatch.append(len(finished))
+        result = await original(loop_, prompt_ids)
+        finished.append(1)
+        return result
+
+    finished: list[int] = []
+    script.turn = counting_turn  # type: ignore[method-assign]
+    run_until(loop, 1)
+    # The k-th request (k from 0) is dispatched only once at least k - 2 earlier ones have finished.
+    first_eight = list(enumerate(finished_at_dispatch))[:8]
+    assert len(first_eight) == 8 and all(k - done <= 2 for k, done in first_eight)
+    assert any(k - done == 2 for k, done in first_eight)  # and the cap is used, not undershot

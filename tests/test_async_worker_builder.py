@@ -147,9 +147,9 @@ def test_the_builder_fills_what_the_trainer_fills(tmp_path, no_vllm_check, datas
     # The toy tokenizer's eos (<|im_end|>, id 2) is also the model's generation-config eos (2).
     assert kwargs["eos_token_ids"] == [2]
     assert kwargs["ada"] == ada and kwargs["dataset_start_index"] == 0
-    assert "environment_factory" not in kwargs  # the Ada loop does not take environments yet
+    assert kwargs["environment_factory"] is None  # forwarded as the trainer forwards it (none given here)
     # What the trainer passes and the worker keeps, nothing else: the loop's child kwargs plus `ada`.
-    assert set(kwargs) == (set(TRAINER_CALL) - {"environment_factory"}) | {"ada", "dataset_start_index"}
+    assert set(kwargs) == set(TRAINER_CALL) | {"ada", "dataset_start_index"}
     pickle.dumps(kwargs)  # what `start()` checks before spawning
     # The child would build the loop from exactly these kwargs (plus the shared queues and values).
     loop = AdaRolloutLoop(
@@ -186,6 +186,21 @@ def test_max_inflight_tasks_inferred_as_the_trainer_does(tmp_path, no_vllm_check
     )
     override = AdaRolloutWorker.from_trainer_args(args, max_inflight_tasks=8, **common)
     assert override._loop_kwargs["max_inflight_tasks"] == 8
+
+
+class Counter:
+    """A toy environment: the trainer hands `environment_factory` to its worker; so must the builder."""
+
+    def reset(self, **kwargs: Any) -> str:
+        return "count"
+
+
+def test_environment_factory_reaches_the_loop_and_the_dataset_may_be_left_out(tmp_path, no_vllm_check):
+    tokenizer = AutoTokenizer.from_pretrained(toy_model_dir())
+    worker = AdaRolloutWorker.from_trainer_args(
+        config(tmp_path), model_name="m", processing_class=tokenizer, eos_token_ids=[2], environment_factory=Counter
+    )
+    assert worker._loop_kwargs["environment_factory"] is Counter and worker._loop_kwargs["dataset"] is None
 
 
 @pytest.mark.parametrize(

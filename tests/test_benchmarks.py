@@ -214,8 +214,8 @@ def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_pa
     assert reuse_class is GRPOTrainer and type(reuse) is GRPOConfig and reuse.num_iterations == 2
     plain, _ = config_of("grpo-4")
     assert plain.num_iterations == 1
-    pilot, _ = config_of("grpo-4-pilot-reuse2")
-    assert isinstance(pilot, ReinforceAdaConfig) and pilot.num_iterations == 2 and pilot.pilot_size == 2
+    pilot, _ = config_of("grpo-4-pilot")
+    assert isinstance(pilot, ReinforceAdaConfig) and pilot.num_iterations == 1 and pilot.pilot_size == 2
 
 
 def test_group_signal_probability_hand_worked():
@@ -244,7 +244,10 @@ def test_oracle_subsets_hand_worked():
 
 
 def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
+    import random
+
     from trl_ada.toy import toy_task
+    from trl_ada.toy_reasoning import reasoning_train_set
 
     task = toy_task("reasoning")
     full = task.train_rows(800, 3)
@@ -252,8 +255,15 @@ def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
     keep = sorted(set(contents))[:50]  # 50 of the 400 prompts
     rows = learning_per_token.training_rows(task, 120, 3, keep)
     picked = [prompt[-1]["content"] for prompt in rows["prompt"]]
-    expected = [c for c in [p[-1]["content"] for p in task.train_rows(400 * 3, 3)["prompt"]] if c in set(keep)][:120]
-    assert picked == expected and len(set(picked[:50])) == 50  # the first epoch over the subset visits each once
+    # The seed's epochs, rebuilt as the task documents them: each a random.Random(seed) shuffle of the fixed set.
+    train = [prompt[-1]["content"] for prompt in reasoning_train_set()["prompt"]]
+    rng, expected = random.Random(3), []
+    while len(expected) < 120:
+        epoch = list(range(len(train)))
+        rng.shuffle(epoch)
+        expected += [train[i] for i in epoch if train[i] in set(keep)]
+    assert picked == expected[:120]
+    assert [sorted(picked[k : k + 50]) for k in (0, 50)] == [keep, keep]  # whole epochs over the subset
     assert learning_per_token.training_rows(task, 16, 3)["prompt"] == full.select(range(16))["prompt"]
 
 

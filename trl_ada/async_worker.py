@@ -70,6 +70,7 @@ import logging
 import math
 import random
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -374,7 +375,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         # Prompts sampled at once: each keeps up to its in-flight cap of requests, so this many keep the loop's
         # `max_inflight_tasks` requests busy and never exceed it.
         per_prompt = self.ada.max_in_flight or self.ada_schedule.samples_per_round
-        self.concurrent_prompts = max(1, self.max_inflight_tasks // per_prompt)
+        self._per_prompt_in_flight = min(per_prompt, max(1, self.max_inflight_tasks))
+        self.concurrent_prompts = max(1, self.max_inflight_tasks // self._per_prompt_in_flight)
         self._backends: set[TaskBackend] = set()
 
     def _prompt_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -445,9 +447,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 self._inflight = sum(backend.in_flight for backend in self._backends)
                 if stop_event.is_set():
                     return  # a prompt may be far from its exit rule: cancel its requests (below), do not finish it
-                if not sessions:
-                    await asyncio.sleep(0.01)
-                    continue
                 done, _ = await asyncio.wait(sessions, return_when=asyncio.FIRST_COMPLETED, timeout=0.1)
                 for task in done:
                     sessions.pop(task)
@@ -484,7 +483,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             self.ada_schedule,
             backend,
             lambda requests, handles: [handle.reward for handle in handles],  # scored as each draw finished
-            max_in_flight=self.ada.max_in_flight,
+            max_in_flight=self._per_prompt_in_flight,
             pilot=self._pilot(self._memory_key(row)),
         )
         self._backends.add(backend)
@@ -815,6 +814,16 @@ def _model_eos_token_id(model_name: str, args: AsyncGRPOConfig) -> int | list[in
         return GenerationConfig.from_model_config(config).eos_token_id
 
 
+# AsyncGRPOTrainer assumes group ids are dataset rows: it checkpoints "the first group id never trained" as the row
+# to resume from (async_grpo_trainer.py:1864-1867) and ends an epoch after len(dataset) trained groups (:253).
+RESUME_WARNING = (
+    "AdaRolloutWorker with refill or prompt_selection: AsyncGRPOTrainer saves the first group id never trained as "
+    "the dataset row to resume from, and counts epochs in trained groups. Groups dropped for lack of signal are never "
+    "trained and skipped rows get no group id, so a run resumed from a checkpoint restarts earlier in the dataset "
+    "than where it stopped, and a run reads more rows than num_train_epochs passes over the dataset."
+)
+
+
 class AdaRolloutWorker(AsyncRolloutWorker):
     """`AsyncRolloutWorker` whose child runs `AdaRolloutLoop`: pass it as `rollout_worker=` to `AsyncGRPOTrainer`.
 
@@ -827,6 +836,8 @@ class AdaRolloutWorker(AsyncRolloutWorker):
         check_async_trl_version()
         ada = ada or AdaRolloutConfig()
         ada.validate(kwargs.get("num_generations", 8))
+        if ada.refill or ada.prompt_selection != "none":
+            warnings.warn(RESUME_WARNING, UserWarning, stacklevel=2)
         super().__init__(ada=ada, **kwargs)
 
     @classmethod
@@ -836,18 +847,19 @@ class AdaRolloutWorker(AsyncRolloutWorker):
         ada: AdaRolloutConfig | None = None,
         *,
         model_name: str,
-        dataset: Any,
+        dataset: Any = None,
         reward_funcs: Callable[..., Any] | list[Callable[..., Any]] | None = None,
         processing_class: Any = None,
         tools: list[Callable[..., Any]] | None = None,
+        environment_factory: Any = None,
         eos_token_ids: list[int] | None = None,
         lora_sync: bool = False,
         num_processes: int = 1,
         **overrides: Any,
     ) -> AdaRolloutWorker:
-        """The worker `AsyncGRPOTrainer(model_name, reward_funcs, args, dataset, processing_class, tools=tools)` would
-        build for itself (`AsyncRolloutWorker`, with the same kwargs filled from `args`), running the Ada loop with
-        `ada`. Pass it to that trainer as `rollout_worker=`.
+        """The worker `AsyncGRPOTrainer(model_name, reward_funcs, args, dataset, processing_class, tools=tools,
+        environment_factory=environment_factory)` would build for itself (`AsyncRolloutWorker`, with the same kwargs
+        filled from `args`), running the Ada loop with `ada`. Pass it to that trainer as `rollout_worker=`.
 
         As the trainer does: `reward_funcs` becomes a list; without a `processing_class` the tokenizer is loaded from
         `model_name` (and its pad token set to eos when missing); `eos_token_ids` defaults to the eos ids of the
@@ -881,12 +893,11 @@ class AdaRolloutWorker(AsyncRolloutWorker):
             "processing_class": processing_class,
             "eos_token_ids": eos_token_ids,
             "tools": tools,
+            "environment_factory": environment_factory,
             **{kwarg: getattr(args, name) for kwarg, name in TRAINER_ARG_KWARGS.items() if hasattr(args, name)},
         }
         kwargs["max_inflight_tasks"] = _trainer_max_inflight_tasks(args, num_processes)
         kwargs.update(overrides)
-        import inspect
-
         accepted = inspect.signature(_AsyncRolloutLoop.__init__).parameters
         worker_only = {"queue_maxsize", "child_ready_timeout"}  # consumed by AsyncRolloutWorker itself
         dropped = sorted(k for k in kwargs if k not in accepted and k not in worker_only and k not in overrides)

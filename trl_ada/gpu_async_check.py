@@ -1,6 +1,6 @@
 """`python -m trl_ada.gpu_async_check`: `AsyncGRPOTrainer.train()` with `AdaRolloutWorker`, end to end, on a GPU.
 
-NOT RUN YET: it needs a GPU, which the project's machines do not have. What has run is its CPU dry run
+NOT YET RUN ON A GPU. What has run is its CPU dry run
 (`--dry-run`, tests/test_gpu_async_check.py): the recipe is read, the configs are built and checked, the data and
 rewards are loaded and the worker is built with `AdaRolloutWorker.from_trainer_args`; no trainer, no server.
 
