@@ -33,7 +33,8 @@ tests/test_trainer_est.py tests/test_streaming_cb.py tests/test_streaming_server
 tests/test_integrations.py tests/test_multiprocess.py tests/test_multiprocess_est.py tests/test_multiprocess_faults.py
 tests/test_resume.py tests/test_resume_est.py tests/test_train_cli.py tests/test_gpu_check.py
 tests/test_tools_environments.py tests/test_vlm.py tests/test_fail_fast.py tests/test_multiprocess_resume.py
-tests/test_cli.py tests/test_async_worker.py tests/test_async_server.py tests/test_async_versions.py"}
+tests/test_cli.py tests/test_async_worker.py tests/test_async_server.py tests/test_async_versions.py
+tests/test_async_selection.py tests/test_async_worker_builder.py"}
 
 entries=("$@")
 [[ ${#entries[@]} -gt 0 ]] || read -ra entries <<<"$COMPAT_RELEASES"
