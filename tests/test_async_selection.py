@@ -11,13 +11,11 @@ import asyncio
 import math
 import queue
 import re
-import threading
-import time
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from test_async_worker import RIGHT, WRONG, Script, exact_answer, make_loop, metrics_of
+from test_async_worker import RIGHT, WRONG, Script, collect_until, exact_answer, make_loop, metrics_of, running
 from test_async_worker import tokenizer as tokenizer  # the fixture
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
@@ -33,30 +31,12 @@ def length_reward(completions: list[list[dict[str, str]]], **kwargs: Any) -> lis
 
 def run_pushed(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
     """Run `loop` until `num_groups` whole groups (of any ids) are pushed; stop it; return every group pushed."""
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    groups: dict[int, list[RolloutSample]] = defaultdict(list)
 
-    def whole() -> int:
-        return sum(len(rows) >= loop.num_generations for rows in groups.values())
+    def whole(groups: dict[int, list[RolloutSample]]) -> bool:
+        return sum(len(rows) >= loop.num_generations for rows in groups.values()) >= num_groups
 
-    deadline = time.monotonic() + timeout
-    try:
-        while whole() < num_groups:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {dict((g, len(s)) for g, s in groups.items())} rows in {timeout}s")
-            if loop._failed_event.is_set():
-                raise RuntimeError(loop._exception_info_queue.get_nowait())
-            try:
-                sample = loop.rollout_buffer.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            groups[sample.group_id].append(sample)
-    finally:
-        if not loop._loop.is_closed():
-            loop._loop.call_soon_threadsafe(loop._stop_event.set)
-        thread.join(timeout=30)
-    assert not thread.is_alive()
+    with running(loop):
+        groups = defaultdict(list, collect_until(loop, whole, timeout))
     while True:
         try:
             sample = loop.rollout_buffer.get_nowait()

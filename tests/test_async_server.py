@@ -17,19 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import math
-import queue
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
 from datasets import Dataset
 from standin_vllm_server import StandInServer
-from test_async_worker import RIGHT, WRONG, Shared, eos_token_ids, exact_answer, metrics_of, row_key, run_until
+from test_async_worker import (
+    RIGHT,
+    WRONG,
+    child_channels,
+    collect,
+    eos_token_ids,
+    exact_answer,
+    metrics_of,
+    row_key,
+    run_until,
+    running,
+)
 from test_async_worker import tokenizer as tokenizer  # the module-scoped fixture
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample, _AsyncRolloutLoop
 
@@ -107,46 +115,10 @@ def http_loop(cls: type, tokenizer: Any, questions: list[str], server: StandInSe
         reward_funcs=[exact_answer],
         processing_class=tokenizer,
         **eos_token_ids(tokenizer),
-        rollout_buffer=queue.Queue(),
-        model_version_value=Shared(settings.pop("model_version", 0)),
-        heartbeat_value=Shared(0.0),
-        failed_event=threading.Event(),
-        exception_info_queue=queue.Queue(),
-        metrics_queue=queue.Queue(),
+        **child_channels(settings.pop("model_version", 0)),
         vllm_server_url=server.url,
         **settings,
     )
-
-
-@contextmanager
-def running(loop: Any) -> Iterator[None]:
-    """`loop` running in a thread for the block's duration; stopped (its requests closed) when the block ends."""
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        if not loop._loop.is_closed():
-            loop._loop.call_soon_threadsafe(loop._stop_event.set)
-        thread.join(timeout=30)
-    assert not thread.is_alive()
-
-
-def collect(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
-    """The rows of groups 0..num_groups-1 as a running `loop` pushes them (it keeps running)."""
-    groups: dict[int, list[RolloutSample]] = defaultdict(list)
-    deadline = time.monotonic() + timeout
-    while not all(len(groups[g]) >= loop.num_generations for g in range(num_groups)):
-        if loop._failed_event.is_set():
-            raise RuntimeError(loop._exception_info_queue.get_nowait())
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {dict((g, len(s)) for g, s in groups.items())} rows in {timeout}s")
-        try:
-            sample = loop.rollout_buffer.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        groups[sample.group_id].append(sample)
-    return {g: groups[g] for g in range(num_groups)}
 
 
 def wait_for(condition: Callable[[], bool], what: str | Callable[[], str], timeout: float = 10.0) -> None:

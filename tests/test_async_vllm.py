@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import queue
 import re
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,8 +29,8 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from test_async_server import collect, running, wait_for
-from test_async_worker import Shared, eos_token_ids, metrics_of
+from test_async_server import wait_for
+from test_async_worker import child_channels, collect, eos_token_ids, metrics_of, running
 from test_vllm import server_finished_requests, vllm, vllm_server  # noqa: F401  (fixtures)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.chat_template_utils import qwen3_template
@@ -154,12 +153,7 @@ def test_ada_loop_against_vllm_serve(vllm_server: Any, toy_cold_dir: Path) -> No
     tokenizer = toy_tokenizer(toy_cold_dir)
     loop = AdaRolloutLoop(
         **worker_kwargs(tokenizer, toy_cold_dir, vllm_server.url),
-        rollout_buffer=queue.Queue(),
-        model_version_value=Shared(0),
-        heartbeat_value=Shared(0.0),
-        failed_event=threading.Event(),
-        exception_info_queue=queue.Queue(),
-        metrics_queue=queue.Queue(),
+        **child_channels(),
     )
     log_offset = len(vllm_server.log.read_text(errors="replace"))
     finished_before = server_finished_requests(vllm_server.url)

@@ -14,6 +14,8 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,18 @@ class Shared:
 
     def __init__(self, value: float = 0) -> None:
         self.value = value
+
+
+def child_channels(model_version: int = 0) -> dict[str, Any]:
+    """The queues, values and event that TRL's worker hands the loop it builds in its child process."""
+    return dict(
+        rollout_buffer=queue.Queue(),
+        model_version_value=Shared(model_version),
+        heartbeat_value=Shared(0.0),
+        failed_event=threading.Event(),
+        exception_info_queue=queue.Queue(),
+        metrics_queue=queue.Queue(),
+    )
 
 
 class Script:
@@ -117,42 +131,59 @@ def make_loop(cls: type, tokenizer: Any, questions: list[str], script: Script, *
         reward_funcs=kwargs.pop("reward_funcs", [exact_answer]),
         processing_class=tokenizer,
         **eos_token_ids(tokenizer),
-        rollout_buffer=queue.Queue(),
-        model_version_value=Shared(0),
-        heartbeat_value=Shared(0.0),
-        failed_event=threading.Event(),
-        exception_info_queue=queue.Queue(),
-        metrics_queue=queue.Queue(),
+        **child_channels(),
         **kwargs,
     )
 
 
-def run_until(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
-    """Run `loop` in a thread until the rows of `num_groups` groups (ids 0..num_groups-1) are pushed; stop it and
-    return those groups' samples."""
+@contextmanager
+def running(loop: Any) -> Iterator[None]:
+    """`loop` running in a thread for the block's duration; stopped (its requests closed) when the block ends."""
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
-    groups: dict[int, list[RolloutSample]] = defaultdict(list)
-    deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            if loop._failed_event.is_set():
-                raise RuntimeError(loop._exception_info_queue.get_nowait())
-            try:
-                sample = loop.rollout_buffer.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            groups[sample.group_id].append(sample)
-            if all(len(groups[g]) >= loop.num_generations for g in range(num_groups)):
-                break
-        else:
-            raise TimeoutError(f"only {dict((g, len(s)) for g, s in groups.items())} rows in {timeout}s")
+        yield
     finally:
         if not loop._loop.is_closed():
             loop._loop.call_soon_threadsafe(loop._stop_event.set)
         thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def collect_until(
+    loop: Any, done: Callable[[dict[int, list[RolloutSample]]], bool], timeout: float = 60.0
+) -> dict[int, list[RolloutSample]]:
+    """Every row a running `loop` pushes, by group id, until `done(groups)` holds (the loop keeps running)."""
+    groups: dict[int, list[RolloutSample]] = defaultdict(list)
+    deadline = time.monotonic() + timeout
+    while not done(groups):
+        if loop._failed_event.is_set():
+            raise RuntimeError(loop._exception_info_queue.get_nowait())
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {dict((g, len(s)) for g, s in groups.items())} rows in {timeout}s")
+        try:
+            sample = loop.rollout_buffer.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        groups[sample.group_id].append(sample)
+    return dict(groups)
+
+
+def collect(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
+    """The rows of groups 0..num_groups-1 as a running `loop` pushes them (it keeps running)."""
+
+    def whole(groups: dict[int, list[RolloutSample]]) -> bool:
+        return all(len(groups.get(g, ())) >= loop.num_generations for g in range(num_groups))
+
+    groups = collect_until(loop, whole, timeout)
     return {g: groups[g] for g in range(num_groups)}
+
+
+def run_until(loop: Any, num_groups: int, timeout: float = 60.0) -> dict[int, list[RolloutSample]]:
+    """Run `loop` in a thread until the rows of `num_groups` groups (ids 0..num_groups-1) are pushed; stop it and
+    return those groups' samples."""
+    with running(loop):
+        return collect(loop, num_groups, timeout)
 
 
 def metrics_of(loop: Any) -> dict[str, list[Any]]:

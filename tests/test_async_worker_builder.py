@@ -9,14 +9,13 @@ import ast
 import inspect
 import json
 import pickle
-import queue
 import shutil
 import textwrap
-import threading
 from typing import Any
 
 import pytest
 from datasets import Dataset
+from test_async_worker import child_channels
 from transformers import AutoTokenizer
 from trl.chat_template_utils import qwen3_template
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
@@ -159,12 +158,7 @@ def test_the_builder_fills_what_the_trainer_fills(tmp_path, no_vllm_check, datas
     # The child would build the loop from exactly these kwargs (plus the shared queues and values).
     loop = AdaRolloutLoop(
         **kwargs,
-        rollout_buffer=queue.Queue(),
-        model_version_value=type("V", (), {"value": 0})(),
-        heartbeat_value=type("V", (), {"value": 0.0})(),
-        failed_event=threading.Event(),
-        exception_info_queue=queue.Queue(),
-        metrics_queue=queue.Queue(),
+        **child_channels(),
     )
     loop._loop.close()
     assert (loop.num_generations, loop.max_tokens, loop.vllm_server_url) == (6, 321, "http://gpu-node:9000")
