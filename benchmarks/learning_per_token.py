@@ -119,6 +119,21 @@ CATALOG: dict[str, tuple[Any, float]] = {
     "grpo-4-oracle-agree": (_method("GRPO n=4, oracle: no all-agree prompts", 4), 1),
     "grpo-4-oracle-spt": (_method("GRPO n=4, oracle: top signal per token", 4), 1),
 }
+# The memory baseline (`advantage_baseline="memory"`): each prompt's baseline is its pass rate from earlier visits, so
+# groups whose rewards all agree still train and a group of 2 does not halve its own gradient (the group mean does).
+# Groups of 2 over twice the prompts: a step generates as many completions as GRPO n=4's, over more prompts.
+MEMORY = {"advantage_baseline": "memory", "pass_rate_decay": 0.7}
+CATALOG |= {
+    "memory-2": (_method("n=2 + memory baseline, 32 prompts/step", 2, "uniform", **MEMORY), 1),
+    "memory-4": (_method("n=4 + memory baseline", 4, "uniform", **MEMORY), 1),
+    # Controls for the memory baseline's batch shape: GRPO n=2 over 32 prompts a step (the same shape, the group
+    # mean as baseline), and GRPO n=4 over 8 prompts a step (half the completions per optimizer step).
+    "grpo-2-wide": (_method("GRPO n=2, 32 prompts/step", 2), 1),
+    "grpo-4-narrow": (_method("GRPO n=4, 8 prompts/step", 4), 1.4),
+}
+# Methods whose steps hold another number of prompts: key -> a multiple of --prompts-per-step. Their steps (and
+# evaluation interval) scale so that a run generates as many completions as the others'.
+PROMPTS_FACTOR = {"memory-2": 2, "grpo-2-wide": 2, "grpo-4-narrow": 0.5}
 ORACLE_SUBSETS = {"grpo-4-oracle-agree": "agree", "grpo-4-oracle-spt": "signal_per_token"}
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with
@@ -460,8 +475,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
     from trl_ada.toy import toy_task
 
     task = toy_task(settings["task"])
-    prompts_per_step = settings["prompts_per_step"]
-    steps = method_steps(settings, key)
+    steps, prompts_per_step, eval_every = method_shape(settings, key)
     # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
     # the same for every seed. Token-matched runs train on the rows in their order, so a longer run's first steps see
     # the baseline's prompts in the baseline's order.
@@ -477,10 +491,10 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         prompts_per_step=prompts_per_step,
         seed=seed,
         learning_rate=settings["learning_rate"],
-        eval_every=settings["eval_every"],
+        eval_every=eval_every,
         heldout_samples=settings["heldout_samples"],
         output_dir=f"{output_dir}/seed{seed}-{key}",
-        log_every=settings["eval_every"],
+        log_every=eval_every,
         verbose=False,
         task=settings["task"],
         shuffle=not settings.get("match_tokens"),
@@ -511,6 +525,20 @@ def method_steps(settings: dict[str, Any], key: str) -> int:
     if not factor or key == BASELINE:
         return settings["steps"]
     return math.ceil(settings["steps"] * factor / settings["eval_every"]) * settings["eval_every"]
+
+
+def method_shape(settings: dict[str, Any], key: str) -> tuple[int, int, int]:
+    """A method's optimizer steps, prompts per step and steps between evaluations: ``method_steps`` and the
+    settings', or, for a method in ``PROMPTS_FACTOR``, its prompts per step with steps and interval scaled so that it
+    generates the baseline's completions per run and is evaluated at the same completion counts."""
+    steps, prompts, every = method_steps(settings, key), settings["prompts_per_step"], settings["eval_every"]
+    if key not in PROMPTS_FACTOR:
+        return steps, prompts, every
+    wide = prompts * PROMPTS_FACTOR[key]
+    scale = prompts * CATALOG[BASELINE][0].num_generations / (wide * CATALOG[key][0].num_generations)
+    if wide != int(wide) or scale != int(scale):
+        raise SystemExit(f"{key}: --prompts-per-step {prompts} gives {wide} prompts a step, or a fractional scale")
+    return steps * int(scale), int(wide), every * int(scale)
 
 
 def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:

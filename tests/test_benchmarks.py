@@ -179,6 +179,29 @@ def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals
         learning_per_token.main(["--model-dir", "somewhere", "--warm-seed", "1", "--output-dir", str(tmp_path)])
 
 
+def test_method_shape_keeps_completions_per_run_and_evaluation_points():
+    settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.4, "prompts_per_step": 16}
+    # GRPO n=4: 16 prompts x 4 = 64 completions a step. n=2 over 32 prompts: also 64, so the same steps (extended as
+    # every non-baseline method's are). n=4 over 8 prompts: 32, so twice the steps, evaluated every 20.
+    assert learning_per_token.method_shape(settings, "grpo-4") == (200, 16, 10)
+    assert learning_per_token.method_shape(settings, "memory-2") == (280, 32, 10)
+    assert learning_per_token.method_shape(settings, "grpo-2-wide") == (280, 32, 10)
+    assert learning_per_token.method_shape(settings, "grpo-4-narrow") == (560, 8, 20)
+    assert learning_per_token.method_shape({**settings, "prompts_per_step": 8}, "grpo-4-narrow") == (560, 4, 20)
+    with pytest.raises(SystemExit, match="grpo-4-narrow"):
+        learning_per_token.method_shape({**settings, "prompts_per_step": 5}, "grpo-4-narrow")
+
+
+def test_memory_methods_use_the_memory_baseline(tmp_path):
+    from trl_ada.demo import _toy_config, _toy_settings
+
+    method, _ = learning_per_token.CATALOG["memory-2"]
+    settings = _toy_settings(method, 64, 10, 32, 0, 1e-4, "none", tmp_path, 1)
+    config, _ = _toy_config(method, settings, 8, 4)
+    assert (config.advantage_baseline, config.num_generations, config.sampling_strategy) == ("memory", 2, "uniform")
+    assert config.per_device_train_batch_size == 64
+
+
 def test_area_under_curve_hand_worked():
     # Accuracy 0.4 -> 0.6 over [0, 100], flat 0.6 to 200: area to 150 = 100 * 0.5 + 50 * 0.6 = 80, mean 80 / 150.
     assert learning_per_token.area_under_curve([0, 100, 200], [0.4, 0.6, 0.6], 150) == pytest.approx(80 / 150)

@@ -133,6 +133,21 @@ def padded_pools(pools: Sequence[torch.Tensor], budget: int, dtype: torch.dtype)
     return torch.stack(stacked)
 
 
+def memory_baselines(counts: Sequence[tuple[float, float]]) -> torch.Tensor:
+    """Each prompt's baseline from its pass-rate memory: `(1 + N_pos) / (2 + N_total)`, the posterior-mean pass rate
+    under a uniform Beta(1, 1) prior, from the decayed counts of *earlier* steps (0.5 for a prompt never seen).
+
+    Read before the step's samples are drawn, the baseline is independent of them, so `r - b` is an unbiased
+    policy-gradient weight for every completion, and a group whose rewards all agree still carries signal (an
+    all-right group on a prompt the memory puts at 0.7 gets +0.3 each). The group mean, by contrast, zeroes such a
+    group and scales the rest of the gradient by `(n - 1) / n` (the sample is part of its own baseline). The uniform
+    prior, not the memory's own (which assumes a prompt never seen is hard, for budgets), keeps the baseline of a
+    new or rarely seen prompt in the middle. It is a pass rate: the matching baseline for a binary reward (1 right,
+    0 wrong, with `positive_threshold` between); for other rewards it stays unbiased but reduces variance less.
+    """
+    return torch.tensor([(1.0 + n_pos) / (2.0 + n_total) for n_pos, n_total in counts], dtype=torch.float64)
+
+
 def advantage_options(config: Any) -> dict[str, Any]:
     """`pool_advantages`' options, from a `ReinforceAdaConfig`."""
     return {
@@ -157,6 +172,7 @@ def pool_advantages(
     weighting: str = "none",
     max_weight: float = 4.0,
     pool_rewards_per_func: Sequence[torch.Tensor] | None = None,
+    memory_counts: Sequence[tuple[float, float]] | None = None,
     gather: Callable[[torch.Tensor], torch.Tensor] = lambda tensor: tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reinforce-Ada's advantages of the kept rows and each prompt's weight: `((P * G,), (P,))`.
@@ -167,6 +183,9 @@ def pool_advantages(
     `scale_rewards` is GRPO's: `"group"` divides by the reference's std, `"batch"` by the std over every process's
     references (`gather` concatenates them), `"none"` not at all. With `pool_rewards_per_func` (per prompt, (N, F)),
     TRL's `normalize_then_sum` is applied with the same reference sets, then standardised over the gathered batch.
+    `baseline="memory"` subtracts `memory_baselines(memory_counts)` (each prompt's memory counts, read before this
+    step) instead; the batch std then comes from the kept rewards, and `scale_rewards="group"` is refused (an
+    agreeing group has no std to divide by).
     """
     kept = total_reward(kept_rewards_per_func, reward_weights).view(-1, group_size)
     if baseline == "pool":
@@ -175,6 +194,12 @@ def pool_advantages(
     else:
         reference = kept
     mean, std = nan_mean_std(reference)
+    if baseline == "memory":
+        if memory_counts is None or len(memory_counts) != kept.shape[0]:
+            raise ValueError("baseline='memory' needs the memory's counts of every prompt (memory_counts).")
+        if scale_rewards == "group" or pool_rewards_per_func is not None:
+            raise ValueError("baseline='memory' takes scale_rewards 'none' or 'batch', and no normalize_then_sum.")
+        mean = memory_baselines(memory_counts).to(kept.dtype)
     if scale_rewards == "group":
         scale = std
     elif scale_rewards == "batch":  # std over every process's reference sets

@@ -158,8 +158,8 @@ class AdaRolloutConfig:
     """Reinforce-Ada's sampling settings for `AdaRolloutWorker`: `ReinforceAdaConfig`'s fields of the same names,
     with their defaults and meanings. `num_generations`, the group handed to the loss, is the worker's own kwarg (the
     trainer's `AsyncGRPOConfig.num_generations`). `sampling_strategy="estimate"` is not offered (it splits one
-    step's budget across a batch in advance) and `scale_rewards` has no `"batch"`: the asynchronous loop samples and
-    scores one prompt at a time.
+    step's budget across a batch in advance), `scale_rewards` has no `"batch"`: the asynchronous loop samples and
+    scores one prompt at a time, and `advantage_baseline` has no `"memory"` (not built here yet).
 
     Where the asynchronous loop differs from the synchronous trainer: there are no batch slots, so `refill` does not
     replace a prompt in a slot but drops its group (the loop moves on to the next prompt; `max_consecutive_drops`
@@ -174,7 +174,7 @@ class AdaRolloutConfig:
     positive_threshold: float = _ada_field("positive_threshold")
     min_positives: int | None = _ada_field("min_positives")
     min_negatives: int | None = _ada_field("min_negatives")
-    advantage_baseline: str = _ada_field("advantage_baseline")
+    advantage_baseline: str = _ada_field("advantage_baseline", ("pool", "group"))
     scale_rewards: str = _ada_field("scale_rewards", ("group", "none"))
     difficulty_weighting: str = _ada_field("difficulty_weighting")
     max_difficulty_weight: float = _ada_field("max_difficulty_weight")

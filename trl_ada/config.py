@@ -14,7 +14,7 @@ from .engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, E
 from .memory import PassRateMemory
 from .selection import PROMPT_SELECTIONS
 
-BASELINES = ("pool", "group")
+BASELINES = ("pool", "group", "memory")
 SAMPLING_STRATEGIES = (*STRATEGIES, "estimate")
 DIFFICULTY_WEIGHTINGS = (*WEIGHTINGS, "odc")  # "odc" reads the pass-rate memory, so the trainer computes it
 
@@ -75,6 +75,11 @@ class ReinforceAdaConfig(GRPOConfig):
         advantage_baseline (`str`, *optional*, defaults to `"pool"`):
             `"pool"`: the advantage baseline (and std, when `scale_rewards` is not `"none"`) comes from every
             completion drawn for the prompt this step. `"group"`: from the kept `num_generations` only, as GRPO does.
+            `"memory"`: the pass-rate memory's estimate from earlier steps, `(1 + N_pos) / (2 + N_total)` (a
+            uniform prior, whatever `pass_rate_alpha`/`pass_rate_beta`), so a group whose rewards all agree still
+            trains and no sample is part of its own baseline; pays where prompts recur (several epochs) and with
+            small groups (`benchmarks/README.md#the-reasoning-task`). Meant for binary rewards; needs
+            `scale_rewards` `"none"` or `"batch"` and no `normalize_then_sum`.
         difficulty_weighting (`str`, *optional*, defaults to `"none"`):
             Multiply each prompt's advantages by `1/sqrt(p)` (`"inv_sqrt_p"`) or `1/p` (`"inv_p"`), `p` being the
             pool pass rate, to weight hard prompts up; or by `1/p_hat` (`"odc"`, Oversample-Downsample-Correct),
@@ -224,8 +229,9 @@ class ReinforceAdaConfig(GRPOConfig):
     advantage_baseline: str = field(
         default="pool",
         metadata={
-            "help": "Where the advantage mean (and std) come from: every completion drawn for the prompt ('pool') "
-            "or the kept num_generations ('group').",
+            "help": "Where the advantage mean (and std) come from: every completion drawn for the prompt ('pool'), "
+            "the kept num_generations ('group'), or the pass-rate memory of earlier steps ('memory': binary rewards, "
+            "scale_rewards 'none' or 'batch').",
             "choices": list(BASELINES),
         },
     )
@@ -443,6 +449,7 @@ def _validate(config: ReinforceAdaConfig) -> None:
     _check_whole_groups_per_process(config)
     config.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
     _check_odc_downsample(config)
+    _check_memory_baseline(config)
     if config.sampling_strategy == "estimate":
         _check_estimate_budget(config)
     _check_streaming(config)
@@ -520,6 +527,23 @@ def _check_odc_downsample(config: ReinforceAdaConfig) -> None:
             "difficulty_weighting='odc' multiplies a prompt's update by 1/p_hat, which targets the log objective "
             "only when the kept group is a uniform draw from the pool; the balanced downsample re-weights each "
             "prompt by about (p^2 + (1-p)^2) / (2p(1-p)) on top. Set downsample='uniform'."
+        )
+
+
+def _check_memory_baseline(config: ReinforceAdaConfig) -> None:
+    """The memory baseline is a pass rate, not a group statistic: there is no group std to divide by."""
+    if config.advantage_baseline != "memory":
+        return
+    if config.scale_rewards == "group":
+        raise ValueError(
+            "advantage_baseline='memory' cannot divide by the group's std (scale_rewards='group'): a group whose "
+            "rewards all agree has std 0 but nonzero advantages. Use scale_rewards='none' or 'batch'."
+        )
+    if getattr(config, "multi_objective_aggregation", None) == "normalize_then_sum":
+        raise ValueError(
+            "advantage_baseline='memory' subtracts a pass rate from the total reward; "
+            "multi_objective_aggregation='normalize_then_sum' standardises each reward function on its own. Use "
+            "'sum_then_normalize' or another advantage_baseline."
         )
 
 

@@ -194,7 +194,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 sizes = allocate_step(p_hat, args.sampling_strategy, *bounds, args.allocation_rule)
                 result, sampled = sample_in_rounds(io, unique_prompts, unique_inputs, sizes, refill, pilot)
         seconds = time.perf_counter() - started - self._ada_reward_seconds  # generation (and sampling's own work)
-        p_hat = self.ada_memory.p_hat_many([keys[i] for i in result.slots])  # before this step's update (ODC)
+        slot_keys = [keys[i] for i in result.slots]  # read before this step's update (ODC, the memory baseline)
+        p_hat, counts = self.ada_memory.p_hat_many(slot_keys), [self.ada_memory.counts(key) for key in slot_keys]
         updates = memory_updates(keys, result.pools)
         self.ada_memory.update_many(collectives.gather_objects(updates))  # every rank's, in rank order
         retarget_rows(
@@ -206,7 +207,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             args,
             self.reward_weights,
             self._rng(),
-            p_hat,
+            (p_hat, counts),
             (seconds, self._ada_reward_seconds),
             skipped,
         )
@@ -443,6 +444,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             group_size=self.num_generations,
             budget=self.ada_schedule.budget,
             pool_rewards_per_func=step.pool_rewards_per_func,
+            memory_counts=step.memory_counts,
             **advantage_options(args),
             gather=self.ada_collectives.gather_tensor,
         )
@@ -484,6 +486,7 @@ class _AdaStep:
     kept: list  # handles of the kept rows: `num_generations` per prompt slot, in slot order
     kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
     p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
+    memory_counts: list[tuple[float, float]]  # and its decayed (N_pos, N_total), read then too
     seconds: tuple[float, float]  # this process's wall time this step: sampling without scoring, and scoring
     skipped: int = 0  # prompts prompt selection replaced before sampling
     first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
@@ -497,7 +500,7 @@ class _AdaStep:
         args: ReinforceAdaConfig,
         reward_weights: torch.Tensor,
         rng: random.Random,
-        p_hat: list[float],
+        memory: tuple[list[float], list[tuple[float, float]]],
         seconds: tuple[float, float],
         skipped: int,
     ) -> _AdaStep:
@@ -514,7 +517,7 @@ class _AdaStep:
         if args.multi_objective_aggregation == "normalize_then_sum":
             per_func = [sampled.rewards_per_func(pool.samples) for pool in pools]
         kept_rewards = sampled.rewards_per_func(kept)
-        return cls(result, kept, kept_rewards, p_hat, seconds, skipped, first_moments, per_func)
+        return cls(result, kept, kept_rewards, *memory, seconds, skipped, first_moments, per_func)
 
 
 def _model_name(model: Any) -> str:
