@@ -77,9 +77,9 @@ class ReinforceAdaConfig(GRPOConfig):
             completion drawn for the prompt this step. `"group"`: from the kept `num_generations` only, as GRPO does.
             `"memory"`: the pass-rate memory's estimate from earlier steps, `(1 + N_pos) / (2 + N_total)` (a
             uniform prior, whatever `pass_rate_alpha`/`pass_rate_beta`), so a group whose rewards all agree still
-            trains and no sample is part of its own baseline; pays where prompts recur (several epochs) and with
-            small groups (`benchmarks/README.md#the-reasoning-task`). Meant for binary rewards; needs
-            `scale_rewards` `"none"` or `"batch"` and no `normalize_then_sum`.
+            trains and no sample is part of its own baseline; meant for prompts that recur (several epochs), level
+            with GRPO n=4 per token on the reasoning toy task (`benchmarks/README.md#the-reasoning-task`). Meant
+            for binary rewards; needs `scale_rewards` `"none"` or `"batch"` and no `normalize_then_sum`.
         difficulty_weighting (`str`, *optional*, defaults to `"none"`):
             Multiply each prompt's advantages by `1/sqrt(p)` (`"inv_sqrt_p"`) or `1/p` (`"inv_p"`), `p` being the
             pool pass rate, to weight hard prompts up; or by `1/p_hat` (`"odc"`, Oversample-Downsample-Correct),
