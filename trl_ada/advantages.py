@@ -193,13 +193,14 @@ def pool_advantages(
         reference = padded_pools(pools, budget, kept.dtype)
     else:
         reference = kept
-    mean, std = nan_mean_std(reference)
     if baseline == "memory":
         if memory_counts is None or len(memory_counts) != kept.shape[0]:
             raise ValueError("baseline='memory' needs the memory's counts of every prompt (memory_counts).")
         if scale_rewards == "group" or pool_rewards_per_func is not None:
             raise ValueError("baseline='memory' takes scale_rewards 'none' or 'batch', and no normalize_then_sum.")
-        mean = memory_baselines(memory_counts).to(kept.dtype)
+        mean, std = memory_baselines(memory_counts).to(kept.dtype), None  # no group std: refused above
+    else:
+        mean, std = nan_mean_std(reference)
     if scale_rewards == "group":
         scale = std
     elif scale_rewards == "batch":  # std over every process's reference sets

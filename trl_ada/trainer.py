@@ -207,7 +207,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
             args,
             self.reward_weights,
             self._rng(),
-            (p_hat, counts),
+            p_hat,
+            counts,
             (seconds, self._ada_reward_seconds),
             skipped,
         )
@@ -500,7 +501,8 @@ class _AdaStep:
         args: ReinforceAdaConfig,
         reward_weights: torch.Tensor,
         rng: random.Random,
-        memory: tuple[list[float], list[tuple[float, float]]],
+        p_hat: list[float],
+        memory_counts: list[tuple[float, float]],
         seconds: tuple[float, float],
         skipped: int,
     ) -> _AdaStep:
@@ -517,7 +519,7 @@ class _AdaStep:
         if args.multi_objective_aggregation == "normalize_then_sum":
             per_func = [sampled.rewards_per_func(pool.samples) for pool in pools]
         kept_rewards = sampled.rewards_per_func(kept)
-        return cls(result, kept, kept_rewards, *memory, seconds, skipped, first_moments, per_func)
+        return cls(result, kept, kept_rewards, p_hat, memory_counts, seconds, skipped, first_moments, per_func)
 
 
 def _model_name(model: Any) -> str:
