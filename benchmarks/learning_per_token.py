@@ -126,6 +126,18 @@ MEMORY = {"advantage_baseline": "memory", "pass_rate_decay": 0.7}
 CATALOG |= {
     "memory-2": (_method("n=2 + memory baseline, 32 prompts/step", 2, "uniform", **MEMORY), 1),
     "memory-4": (_method("n=4 + memory baseline", 4, "uniform", **MEMORY), 1),
+    # With pass-rate selection; 0.75, not the default 0.5: a group of 2 agrees with probability at least 1/2.
+    "memory-2-select": (
+        _method(
+            "n=2 + memory baseline + selection, 32 prompts/step",
+            2,
+            "uniform",
+            **MEMORY,
+            **SELECT,
+            selection_threshold=0.75,
+        ),
+        1,
+    ),
     # Controls for the memory baseline's batch shape: GRPO n=2 over 32 prompts a step (the same shape, the group
     # mean as baseline), and GRPO n=4 over 8 prompts a step (half the completions per optimizer step).
     "grpo-2-wide": (_method("GRPO n=2, 32 prompts/step", 2), 1),
@@ -133,7 +145,7 @@ CATALOG |= {
 }
 # Methods whose steps hold another number of prompts: key -> a multiple of --prompts-per-step. Their steps (and
 # evaluation interval) scale so that a run generates as many completions as the others'.
-PROMPTS_FACTOR = {"memory-2": 2, "grpo-2-wide": 2, "grpo-4-narrow": 0.5}
+PROMPTS_FACTOR = {"memory-2": 2, "memory-2-select": 2, "grpo-2-wide": 2, "grpo-4-narrow": 0.5}
 ORACLE_SUBSETS = {"grpo-4-oracle-agree": "agree", "grpo-4-oracle-spt": "signal_per_token"}
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with

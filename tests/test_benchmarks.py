@@ -186,6 +186,7 @@ def test_method_shape_keeps_completions_per_run_and_evaluation_points():
     assert learning_per_token.method_shape(settings, "grpo-4") == (200, 16, 10)
     assert learning_per_token.method_shape(settings, "memory-2") == (280, 32, 10)
     assert learning_per_token.method_shape(settings, "grpo-2-wide") == (280, 32, 10)
+    assert learning_per_token.method_shape(settings, "memory-2-select") == (280, 32, 10)
     assert learning_per_token.method_shape(settings, "grpo-4-narrow") == (560, 8, 20)
     assert learning_per_token.method_shape({**settings, "prompts_per_step": 8}, "grpo-4-narrow") == (560, 4, 20)
     with pytest.raises(SystemExit, match="grpo-4-narrow"):
@@ -200,6 +201,13 @@ def test_memory_methods_use_the_memory_baseline(tmp_path):
     config, _ = _toy_config(method, settings, 8, 4)
     assert (config.advantage_baseline, config.num_generations, config.sampling_strategy) == ("memory", 2, "uniform")
     assert config.per_device_train_batch_size == 64
+    method, _ = learning_per_token.CATALOG["memory-2-select"]
+    config, _ = _toy_config(method, _toy_settings(method, 64, 10, 32, 0, 1e-4, "none", tmp_path, 1), 8, 4)
+    assert (config.advantage_baseline, config.prompt_selection, config.selection_threshold) == (
+        "memory",
+        "pass_rate",
+        0.75,
+    )
 
 
 def test_area_under_curve_hand_worked():
