@@ -95,6 +95,77 @@ def test_summary_ratios_on_seed_averaged_curves():
     assert "not reached" in table and "1,500 (0.75x [" in table and "1,650 (1 not)" in table
 
 
+def fake_report(seeds, runs, settings=None):
+    settings = {
+        **{"task": "reasoning", "steps": 2, "eval_every": 1, "heldout": 8, "heldout_samples": 1},
+        **{"prompts_per_step": 16, "learning_rate": 1e-4, "match_tokens": None},
+        **(settings or {}),
+    }
+    return {
+        "command": f"seeds {seeds}",
+        "settings": settings,
+        "seeds": seeds,
+        "machine": learning_per_token.machine_info(),
+        "load_average_1min_after": 1.0,
+        "elapsed_seconds": 60.0,
+        "testbed": {
+            **{"prompts": 4 * len(seeds), "samples_per_prompt": 16, "accuracy": 0.5, "frac_all_correct_n4": 0.3},
+            **{"frac_all_wrong_n4": 0.3, "mean_len_right": 20.0, "mean_len_wrong": 40.0, "len_p90_over_p10": 4.0},
+            **{"frac_truncated": 0.0, "visits_per_prompt": 8.0, "visits_per_prompt_min": 8},
+        },
+        "runs": runs,
+    }
+
+
+def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
+    # Seeds 0-1 in one report, 2-3 in another. GRPO n=4 ends at 0.50, 0.52, 0.54, 0.56 (mean 0.53); "ada" at
+    # 0.60 on every seed, from 0.40 at 1000 tokens per checkpoint, so it crosses 0.53 at 1000 + 0.13 / 0.2 * 1000.
+    def grpo(seed):
+        return fake_run("grpo-4", seed, [0, 1000, 2000], [0.40, 0.45, 0.50 + 0.02 * seed])
+
+    def ada(seed):
+        return fake_run("ada-positive", seed, [0, 1000, 2000], [0.40, 0.40, 0.60])
+
+    first = fake_report([0, 1], [grpo(0), grpo(1), ada(0), ada(1), fake_run("grpo-8", 0, [0, 1], [0.4, 0.5])])
+    second = fake_report([2, 3], [ada(2), ada(3), grpo(2), grpo(3)])
+    paths = []
+    for i, report in enumerate((first, second)):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(report))
+    argv = ["--combine", *map(str, paths), "--methods", "grpo-4", "ada-positive"]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "all"])
+    rows = {row["key"]: row for row in report["summary"]}
+    assert list(rows) == ["grpo-4", "ada-positive"]  # grpo-8 left out by --methods; the baseline first
+    assert rows["grpo-4"]["target_accuracy"] == pytest.approx(0.53)
+    assert rows["grpo-4"]["seeds"] == rows["ada-positive"]["seeds"] == [0, 1, 2, 3]
+    assert rows["ada-positive"]["tokens_to_target"] == pytest.approx(1000 + 0.13 / 0.20 * 1000)
+    assert report["seeds"] == [0, 1, 2, 3] and report["elapsed_seconds"] == 120.0
+    assert report["testbed"]["prompts"] == 8  # the first report's
+    assert [c["seeds"] for c in report["combined"]] == [[0, 1], [2, 3]]
+    assert json.loads((tmp_path / "all.json").read_text())["summary"] == report["summary"]
+    assert "Combined from 2 reports" in (tmp_path / "all.md").read_text()
+
+
+def test_combine_reports_refuses_runs_that_do_not_pair():
+    def runs(key, seeds):
+        return [fake_run(key, seed, [0, 1000], [0.4, 0.5]) for seed in seeds]
+
+    combine = learning_per_token.combine_reports
+    with pytest.raises(SystemExit, match=r"differ in \['learning_rate'\]"):
+        combine(
+            [fake_report([0], runs("grpo-4", [0])), fake_report([1], runs("grpo-4", [1]), {"learning_rate": 2})], None
+        )
+    with pytest.raises(SystemExit, match="grpo-4 seed 0 is in more than one report"):
+        combine([fake_report([0], runs("grpo-4", [0])), fake_report([0], runs("grpo-4", [0]))], None)
+    with pytest.raises(SystemExit, match=r"dapo-4 ran seeds \[0\], grpo-4 \[0, 1\]"):
+        combine([fake_report([0, 1], runs("grpo-4", [0, 1]) + runs("dapo-4", [0]))], None)
+    with pytest.raises(SystemExit, match="no grpo-4 runs"):
+        combine([fake_report([0], runs("dapo-4", [0]))], None)
+    # Without --methods every method found is kept.
+    kept = combine([fake_report([0], runs("dapo-4", [0]) + runs("grpo-4", [0]))], None)
+    assert [run["key"] for run in kept] == ["grpo-4", "dapo-4"]
+
+
 def test_paired_bootstrap_intervals_hand_worked():
     base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40, 0.40 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.04])]
     # Final accuracies 0.60 and 0.68 on seeds 0 and 1: a resample's mean final is 0.60, 0.64 or 0.68, the two ends
@@ -187,6 +258,8 @@ def test_method_shape_keeps_completions_per_run_and_evaluation_points():
     assert learning_per_token.method_shape(settings, "memory-2") == (280, 32, 10)
     assert learning_per_token.method_shape(settings, "grpo-2-wide") == (280, 32, 10)
     assert learning_per_token.method_shape(settings, "memory-2-select") == (280, 32, 10)
+    assert learning_per_token.method_shape(settings, "memory-2-lr2") == (280, 32, 10)
+    assert learning_per_token.method_shape(settings, "memory-2-lr1.25") == (280, 32, 10)
     assert learning_per_token.method_shape(settings, "grpo-4-narrow") == (560, 8, 20)
     assert learning_per_token.method_shape({**settings, "prompts_per_step": 8}, "grpo-4-narrow") == (560, 4, 20)
     with pytest.raises(SystemExit, match="grpo-4-narrow"):
@@ -208,6 +281,27 @@ def test_memory_methods_use_the_memory_baseline(tmp_path):
         "pass_rate",
         0.75,
     )
+
+
+def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
+    from trl import GRPOConfig
+
+    from trl_ada import ReinforceAdaConfig
+    from trl_ada.demo import _toy_config, _toy_settings
+
+    def config_of(key):
+        method, _ = learning_per_token.CATALOG[key]
+        return _toy_config(method, _toy_settings(method, 64, 10, 16, 0, 1e-4, "none", tmp_path, 1), 8, 4)[0]
+
+    assert type(config_of("grpo-4-lr2")) is GRPOConfig and config_of("grpo-4-lr2").learning_rate == 2e-4
+    assert config_of("grpo-4-lr1.5").learning_rate == 1.5e-4
+    assert config_of("grpo-4-lr1.25").learning_rate == config_of("memory-2-lr1.25").learning_rate == 1.25e-4
+    dapo = config_of("dapo-4-lr2")
+    assert isinstance(dapo, ReinforceAdaConfig) and dapo.refill and dapo.learning_rate == 2e-4
+    memory = config_of("memory-2-lr2")
+    assert (memory.learning_rate, memory.advantage_baseline, memory.num_generations) == (2e-4, "memory", 2)
+    # Everything else keeps the task's rate.
+    assert config_of("grpo-4").learning_rate == config_of("memory-2").learning_rate == 1e-4
 
 
 def test_area_under_curve_hand_worked():

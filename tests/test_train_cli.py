@@ -561,9 +561,23 @@ def test_resume_true_and_the_bare_flag_go_on_from_the_latest_checkpoint(tmp_path
     assert global_step(out / "checkpoint-5") == 5 and global_step(out) == 5  # and the final trainer_state.json
 
 
+def _sigint_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def train_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``trl-ada train`` as a terminal would start it. A suite started in the background (`make test &` in a shell
+    without job control) runs with SIGINT ignored, which a child inherits, and a Python started that way never turns
+    Ctrl-C into KeyboardInterrupt: reset it in the child."""
     command = [sys.executable, "-m", "trl_ada.cli", "train", *argv]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_by_default,
+    )
 
 
 @pytest.mark.slow

@@ -374,11 +374,12 @@ def _toy_config(
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
 
+    # A method's options override the shared fields (e.g. its own learning rate).
     if spec.strategy is None:
-        return GRPOConfig(**settings, **dict(spec.options)), GRPOTrainer
+        return GRPOConfig(**{**settings, **dict(spec.options)}), GRPOTrainer
     ada = dict(sampling_strategy=spec.strategy, samples_per_round=samples_per_round, max_rounds=max_rounds)
     ada.update(spec.options)
-    return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+    return ReinforceAdaConfig(**{**settings, **ada}), ReinforceAdaTrainer
 
 
 def _checked_trainer_class(spec: ToyMethod, trainer_class: type, default_class: type) -> type:
