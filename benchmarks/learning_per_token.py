@@ -710,6 +710,13 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
     return sorted(runs.values(), key=lambda run: (order[run["key"]], run["seed"]))
 
 
+# Options that only shape a training run; `--combine` refuses them.
+TRAINING_FLAGS = (
+    "quick", "task", "seeds", "steps", "eval_every", "heldout", "heldout_samples", "prompts_per_step",
+    "learning_rate", "match_tokens", "testbed_only", "jobs", "model_dir", "warm_seed",
+)  # fmt: skip
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
@@ -760,6 +767,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start from the task's warm model built with this seed (toy_model_dir(seed=...); 0: the shipped one)",
     )
     args = parser.parse_args(argv)
+    if args.combine is not None:
+        # The reports carry their own settings: a training flag here would be silently ignored.
+        ignored = [
+            f"--{dest.replace('_', '-')}" for dest in TRAINING_FLAGS if getattr(args, dest) != parser.get_default(dest)
+        ]
+        if ignored:
+            parser.error(f"--combine trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
     if args.methods is None and args.combine is None:
         args.methods = [m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS]
     return args

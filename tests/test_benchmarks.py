@@ -166,6 +166,16 @@ def test_combine_reports_refuses_runs_that_do_not_pair():
     assert [run["key"] for run in kept] == ["grpo-4", "dapo-4"]
 
 
+def test_combine_refuses_training_flags_it_would_ignore(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        learning_per_token.parse_args(["--combine", "a.json", "--seeds", "0", "1", "--learning-rate", "2e-4"])
+    assert exit_info.value.code == 2
+    assert "drop --seeds, --learning-rate" in capsys.readouterr().err
+    # The options that shape the summary stay allowed.
+    args = learning_per_token.parse_args(["--combine", "a.json", "--methods", "grpo-4", "--name", "all"])
+    assert args.methods == ["grpo-4"] and args.name == "all"
+
+
 def test_paired_bootstrap_intervals_hand_worked():
     base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40, 0.40 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.04])]
     # Final accuracies 0.60 and 0.68 on seeds 0 and 1: a resample's mean final is 0.60, 0.64 or 0.68, the two ends

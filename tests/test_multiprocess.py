@@ -28,7 +28,8 @@ def launch_two_processes(script: str, *args: object, timeout: float = 600) -> su
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(Path(__file__).with_name(script)), *map(str, args),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # PYTHONFAULTHANDLER: a rank that crashes (SIGABRT, SIGSEGV) prints its Python stacks to the launcher's stderr.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
