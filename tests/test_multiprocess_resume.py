@@ -2,11 +2,25 @@
 the staged checkpoint once both have written, and a resume from inside the batch matches an uninterrupted run."""
 
 import pytest
-from test_multiprocess import run_two_processes
+from test_multiprocess import launch_two_processes, run_two_processes
+
+from trl_ada.checkpoints import CPU_RESUME_FIXED_IN
+from trl_ada.compat import TRANSFORMERS_VERSION
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+# Older transformers load a two-process CPU run's optimizer state onto "cpu:0", which torch cannot restore.
+RESUMES_ON_CPU = TRANSFORMERS_VERSION >= CPU_RESUME_FIXED_IN
 
 
+@pytest.mark.skipif(RESUMES_ON_CPU, reason=f"transformers {TRANSFORMERS_VERSION} resumes several CPU processes")
+def test_two_processes_resume_on_an_older_transformers_fails_first_saying_why(toy_cold_dir, tmp_path):
+    result = launch_two_processes("mp_resume.py", tmp_path, toy_cold_dir)
+    assert result.returncode != 0
+    assert f"transformers {TRANSFORMERS_VERSION} cannot resume a run on 2 CPU processes" in result.stderr
+    assert "don't know how to restore data location" not in result.stderr  # it never reached Trainer's load
+
+
+@pytest.mark.skipif(not RESUMES_ON_CPU, reason=f"transformers {TRANSFORMERS_VERSION} cannot resume on CPU processes")
 def test_two_processes_resume_inside_a_generation_batch_as_an_uninterrupted_run(toy_cold_dir, tmp_path):
     ranks = run_two_processes("mp_resume.py", tmp_path, toy_cold_dir)
 

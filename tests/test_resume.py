@@ -324,6 +324,20 @@ def test_an_output_dir_that_cannot_be_created_fails_before_training_naming_it(to
     )
 
 
+def test_resume_problem_only_for_several_cpu_processes_before_transformers_5_18():
+    from packaging.version import Version
+
+    cpu, plain, cuda = torch.device("cpu", 0), torch.device("cpu"), torch.device("cuda", 1)
+    message = checkpoints.resume_problem(Version("5.17.0"), 2, cpu)
+    assert message.startswith("transformers 5.17.0 cannot resume a run on 2 CPU processes")
+    assert "onto cpu:0" in message and "pip install 'transformers>=5.18.0'" in message
+    assert checkpoints.resume_problem(Version("5.0.0"), 4, torch.device("cpu", 3)) is not None
+    # Fixed in 5.18; one process maps to plain "cpu"; torch restores to plain "cpu" and to a GPU.
+    fine = [("5.18.0", 2, cpu), ("5.24.0", 2, cpu), ("5.17.0", 1, cpu), ("5.17.0", 2, cuda), ("5.17.0", 2, plain)]
+    for version, world_size, device in fine:
+        assert checkpoints.resume_problem(Version(version), world_size, device) is None
+
+
 def checkpoint_folders(out_dir) -> list[str]:
     return sorted(path.name for path in out_dir.iterdir() if "checkpoint" in path.name)
 

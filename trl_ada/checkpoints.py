@@ -23,6 +23,10 @@ and train other prompts than the uninterrupted run (plain GRPOTrainer too). `Epo
 
 **A writable `output_dir`**, checked before training starts (`output_dir_problem`).
 
+**A resume Trainer can load.** transformers before 5.18 loads a several-process run's optimizer state onto
+`args.device`, which on CPU is the indexed device `cpu:0`, and torch cannot restore storages there: such a resume
+fails inside Trainer, with plain GRPOTrainer too. `resume_problem` says so, with the fix, before anything is loaded.
+
 Plain values in, plain values out: the trainer passes paths, process numbers and its buffer, and writes back what is
 loaded.
 """
@@ -38,6 +42,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import send_to_device
+from packaging.version import Version
 from torch.utils.data import Sampler
 
 GENERATION_BATCH_FILE = "generation_batch_{}.pt"  # one per process, by process index
@@ -60,6 +65,26 @@ def output_dir_problem(output_dir: str | os.PathLike[str]) -> str | None:
             f"output_dir {path!r} cannot be written to ({reason}). Checkpoints, the trainer state and the model card "
             "are saved there: pass a folder you can write to (output_dir=... or --output_dir), before training starts "
             "rather than at the first save."
+        )
+    return None
+
+
+# The first transformers whose Trainer loads a several-process CPU run's optimizer state onto plain "cpu".
+CPU_RESUME_FIXED_IN = Version("5.18.0")
+
+
+def resume_problem(transformers_version: Version, world_size: int, device: torch.device) -> str | None:
+    """Why Trainer cannot resume a run on this setup, or None: several CPU processes under a transformers older than
+    `CPU_RESUME_FIXED_IN`, which maps the optimizer state to `device` (`args.device`), when that is an indexed CPU
+    device (`cpu:0`, as accelerate gives each CPU process) that torch cannot restore to."""
+    indexed_cpu = device.type == "cpu" and device.index is not None
+    if world_size > 1 and indexed_cpu and transformers_version < CPU_RESUME_FIXED_IN:
+        return (
+            f"transformers {transformers_version} cannot resume a run on {world_size} CPU processes: its Trainer "
+            f"loads the optimizer state onto {device}, which torch cannot restore to, so the resume would fail inside "
+            f"Trainer (plain GRPOTrainer too). Install transformers>={CPU_RESUME_FIXED_IN} "
+            f"(pip install 'transformers>={CPU_RESUME_FIXED_IN}'); runs on GPUs, and on one CPU process, resume with "
+            "this one."
         )
     return None
 

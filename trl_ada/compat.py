@@ -37,7 +37,8 @@ each one that has a signature or a source line to check):
 
 Checkpoint rotation is Trainer's `_rotate_checkpoints` method in transformers 5.0 and the module-level
 `transformers.trainer_utils.rotate_checkpoints` by 5.17; `trl_ada.checkpoints.rotate_checkpoints` calls whichever
-the installed release has.
+the installed release has. Resuming a run on several CPU processes needs transformers 5.18
+(`trl_ada.checkpoints.resume_problem` says why before the resume would fail inside Trainer).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from trl.data_utils import is_conversational
 # Keep in step with `install_requires` in setup.cfg and the matrix in docs/compatibility.md.
 SUPPORTED_TRL = SpecifierSet(">=1.14.0,<1.17")
 TRL_VERSION = Version(trl.__version__)
+TRANSFORMERS_VERSION = Version(transformers.__version__)
 
 
 def _accepts(function: Any, name: str) -> bool:

@@ -26,6 +26,7 @@ from .checkpoints import (
     StagedCheckpoint,
     load_generation_batch,
     output_dir_problem,
+    resume_problem,
     rotate_checkpoints,
     save_generation_batch,
 )
@@ -44,6 +45,7 @@ from .checks import (
     server_unreachable_message,
 )
 from .compat import (
+    TRANSFORMERS_VERSION,
     GenerationOutput,
     ToolLoopOutput,
     decode_completions,
@@ -380,15 +382,18 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """[`~transformers.Trainer.train`], after checking that `output_dir` can be written to (on every process: each
-        writes its part of a checkpoint); when resuming, it first restores the pass-rate memory, the side stream of
-        refill and prompt selection, and the generation batch the checkpoint was saved inside, on every process. Done
-        here rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the
-        memory leaves it empty, with a warning."""
+        writes its part of a checkpoint); when resuming, it first checks that Trainer can load the checkpoint here
+        (`resume_problem`), then restores the pass-rate memory, the side stream of refill and prompt selection, and the
+        generation batch the checkpoint was saved inside, on every process. Done here rather than in
+        `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the memory leaves it
+        empty, with a warning."""
         self.ada_collectives.raise_everywhere(output_dir_problem(self.args.output_dir), OSError)
         checkpoint = resume_from_checkpoint
         if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if isinstance(checkpoint, str | os.PathLike):
+            problem = resume_problem(TRANSFORMERS_VERSION, self.args.world_size, self.args.device)
+            self.ada_collectives.raise_everywhere(problem, RuntimeError)
             if not self.ada_memory.load(checkpoint):
                 logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
             collectives = self.ada_collectives
