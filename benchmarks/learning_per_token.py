@@ -710,11 +710,8 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
     return sorted(runs.values(), key=lambda run: (order[run["key"]], run["seed"]))
 
 
-# Options that only shape a training run; `--combine` refuses them.
-TRAINING_FLAGS = (
-    "quick", "task", "seeds", "steps", "eval_every", "heldout", "heldout_samples", "prompts_per_step",
-    "learning_rate", "match_tokens", "testbed_only", "jobs", "model_dir", "warm_seed",
-)  # fmt: skip
+# The options `--combine` uses; every other option shapes a training run, and `--combine` refuses it.
+COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -770,7 +767,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.combine is not None:
         # The reports carry their own settings: a training flag here would be silently ignored.
         ignored = [
-            f"--{dest.replace('_', '-')}" for dest in TRAINING_FLAGS if getattr(args, dest) != parser.get_default(dest)
+            f"--{dest.replace('_', '-')}"
+            for dest, value in vars(args).items()
+            if dest not in COMBINE_OPTIONS and value != parser.get_default(dest)
         ]
         if ignored:
             parser.error(f"--combine trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
