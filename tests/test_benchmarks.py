@@ -382,7 +382,7 @@ def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
     import random
 
     from trl_ada.toy import toy_task
-    from trl_ada.toy_reasoning import reasoning_train_set
+    from trl_ada.toy.reasoning import reasoning_train_set
 
     task = toy_task("reasoning")
     full = task.train_rows(800, 3)

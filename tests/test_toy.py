@@ -1,4 +1,4 @@
-"""Tests for trl_ada.toy: the offline tokenizer, model, arithmetic data, reward and cached model folder."""
+"""Tests for trl_ada.toy (the arithmetic task): the offline tokenizer, model, data, reward and cached model folder."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_ada import toy
+from trl_ada.toy import arithmetic, cache
 
 ROUND_TRIP_TEXTS = [
     "47-8",
@@ -237,8 +238,8 @@ def test_cache_reuse_does_not_rebuild(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the cached folder should have been reused")
 
-    monkeypatch.setattr(toy, "build_toy_model", fail)
-    monkeypatch.setattr(toy, "build_toy_tokenizer", fail)
+    monkeypatch.setattr(cache, "build_toy_model", fail)  # where toy_model_dir looks them up
+    monkeypatch.setattr(cache, "build_toy_tokenizer", fail)
     assert toy.toy_model_dir(warmup=False, seed=3) == first
     assert toy.toy_model_dir(tmp_path, warmup=False, seed=3) == first
     assert (first / "toy_info.json").stat().st_mtime_ns == marker_mtime
@@ -308,7 +309,7 @@ def test_the_shipped_warm_model_is_what_toy_model_dir_returns():
 def test_toy_model_dir_other_seeds_and_prebuilt_false_still_build(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(
-        toy,
+        arithmetic,
         "_warmup",
         lambda model, tokenizer, seed: calls.append(seed) or {"steps": 0, "check_accuracy": 0.0, "seconds": 0.0},
     )
@@ -333,8 +334,8 @@ def test_warm_model_has_spread_pass_rates(warm_dir):
 @pytest.mark.slow
 def test_the_warm_up_that_built_the_shipped_model_still_runs(tmp_path, monkeypatch):
     """The shipped weights spare users the warm-up; its code still runs (cut to 10 steps, so it stops at the cap)."""
-    monkeypatch.setattr(toy, "_WARMUP_MAX_STEPS", 10)
-    monkeypatch.setattr(toy, "_WARMUP_CHECK_EVERY", 5)
+    monkeypatch.setattr(arithmetic, "_WARMUP_MAX_STEPS", 10)
+    monkeypatch.setattr(arithmetic, "_WARMUP_CHECK_EVERY", 5)
     with pytest.warns(RuntimeWarning, match="10-step cap"):
         folder = toy.toy_model_dir(tmp_path, prebuilt=False)
     info = json.loads((folder / "toy_info.json").read_text())

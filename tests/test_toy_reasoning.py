@@ -1,4 +1,4 @@
-"""Tests for trl_ada.toy_reasoning: the step-by-step toy task's problems, datasets, reward, warm-up stop rule and the
+"""Tests for trl_ada.toy.reasoning: the step-by-step toy task's problems, datasets, reward, warm-up stop rule and the
 shipped warm model's measured properties."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_ada import toy
-from trl_ada import toy_reasoning as reasoning
+from trl_ada.toy import reasoning
+from trl_ada.toy import warmup as toy_warmup
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,7 @@ def _scripted_accuracies(monkeypatch, accuracies):
         calls.append({"prompts": len(dataset), "samples": num_samples, "tokens": max_new_tokens, "reward": reward})
         return accuracies[len(calls) - 1]
 
-    monkeypatch.setattr(toy, "sampled_accuracy", scripted)
+    monkeypatch.setattr(toy_warmup, "sampled_accuracy", scripted)  # where supervised_warmup looks it up
     monkeypatch.setattr(reasoning, "_WARMUP_CHECK_EVERY", 1)
     monkeypatch.setattr(reasoning, "_WARMUP_CHECK_PROMPTS", 8)
     return calls

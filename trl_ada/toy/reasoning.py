@@ -12,9 +12,10 @@ More operands mean more steps: completions run from 9 tokens (two operands) to a
 chance to go wrong, so long prompts fail more often. :func:`reasoning_reward` reads only the final answer: 1.0 when
 the completion ends with ``#<answer>`` and was not cut at ``max_completion_length``, else 0.0.
 
-The model, tokenizer and warm-up recipe are the arithmetic task's (:mod:`trl_ada.toy`): the same ~0.53M-parameter
-Qwen2 (which the ~90-token prompt + completion fits in 128 positions), the same digit-per-token tokenizer (every
-character of this task is one token), the same supervised loop; it stops at the first check where the sampled
+The model, tokenizer and warm-up loop are the ones the arithmetic task uses (:mod:`trl_ada.toy.model`,
+:mod:`trl_ada.toy.warmup`): the same ~0.53M-parameter Qwen2 (which the ~90-token prompt + completion fits in 128
+positions), the same digit-per-token tokenizer (every character of this task is one token), the same supervised loop;
+it stops at the first check where the sampled
 held-out accuracy reaches :data:`WARMUP_TARGET_ACCURACY`, a point where short prompts are nearly always right and long
 ones nearly always wrong. RL then trains on a finite set of :data:`TRAIN_PROMPTS` prompts, several epochs in a
 benchmark run, and is measured on held-out prompts from the other side of the fixed train/eval partition.
@@ -34,7 +35,9 @@ from typing import Any
 import datasets
 import transformers
 
-from . import toy
+from .arithmetic import Split, _completion_text, problem_split
+from .registry import ToyTask
+from .warmup import WarmupRecipe, supervised_warmup
 
 __all__ = [
     "LEVELS",
@@ -60,7 +63,7 @@ HELDOUT_SEED = 1_000_003
 # reward checks that a completion's token ids end with it, as GRPOTrainer passes them (EOS kept, nothing after it).
 EOS_TOKEN_ID = 2
 
-SHIPPED_WARM_DIR = pathlib.Path(__file__).resolve().parent / "toy_warm_reasoning"
+SHIPPED_WARM_DIR = pathlib.Path(__file__).resolve().parent.parent / "toy_warm_reasoning"
 
 # --------------------------------------------------------------------------------------------------------------------
 # Problems and datasets
@@ -103,7 +106,7 @@ def solve(expression: str) -> tuple[str, int]:
 def _problem_stream(
     rng: random.Random,
     levels: Sequence[int],
-    split: toy.Split | None,
+    split: Split | None,
     weights: Sequence[float] | None = None,
 ) -> Iterator[tuple[str, int]]:
     """Yield (expression, operands) forever: a level from ``levels`` (uniformly, or in proportion to ``weights``), then
@@ -117,7 +120,7 @@ def _problem_stream(
     while True:
         level = rng.choice(levels) if weights is None else rng.choices(levels, weights)[0]
         expression = _sample_expression(rng, level)
-        if split is None or toy.problem_split(expression) == split:
+        if split is None or problem_split(expression) == split:
             yield expression, level
 
 
@@ -125,7 +128,7 @@ def make_reasoning_dataset(
     num_prompts: int,
     seed: int = 0,
     levels: Sequence[int] = LEVELS,
-    split: toy.Split | None = None,
+    split: Split | None = None,
     distinct: bool = True,
 ) -> datasets.Dataset:
     """Return ``num_prompts`` problems, deterministic given ``seed``; distinct ones unless ``distinct=False``.
@@ -208,7 +211,7 @@ def reasoning_reward(
         if ids is not None and (len(ids) == 0 or ids[-1] != EOS_TOKEN_ID):
             rewards.append(0.0)
             continue
-        match = _FINAL_ANSWER.search(toy._completion_text(completion))
+        match = _FINAL_ANSWER.search(_completion_text(completion))
         rewards.append(1.0 if match and int(match[1]) == int(target) else 0.0)
     return rewards
 
@@ -242,11 +245,11 @@ def _warmup_check_set() -> datasets.Dataset:
     return make_reasoning_dataset(_WARMUP_CHECK_PROMPTS, seed=_WARMUP_CHECK_SEED, split="eval")
 
 
-def warmup_recipe() -> toy.WarmupRecipe:
+def warmup_recipe() -> WarmupRecipe:
     """The supervised warm-up: the arithmetic task's loop (batch 64, AdamW 1.5e-3, clipping 1.0) on worked solutions
     of "train"-side problems, short ones more often (`WARMUP_LEVEL_WEIGHTS`), checked every 25 steps on 128 held-out
     prompts x 4 samples."""
-    return toy.WarmupRecipe(
+    return WarmupRecipe(
         examples=_warmup_examples,
         check_set=_warmup_check_set,
         target_accuracy=WARMUP_TARGET_ACCURACY,
@@ -259,12 +262,12 @@ def warmup_recipe() -> toy.WarmupRecipe:
 
 def warmup(model: transformers.Qwen2ForCausalLM, tokenizer: transformers.PreTrainedTokenizerBase, seed: int) -> dict:
     """Train ``model`` in place until the sampled held-out accuracy reaches :data:`WARMUP_TARGET_ACCURACY`."""
-    return toy.supervised_warmup(model, tokenizer, seed, warmup_recipe())
+    return supervised_warmup(model, tokenizer, seed, warmup_recipe())
 
 
-def reasoning_task() -> toy.ToyTask:
+def reasoning_task() -> ToyTask:
     """The task as :func:`trl_ada.toy.toy_task` ("reasoning") describes it."""
-    return toy.ToyTask(
+    return ToyTask(
         name="reasoning",
         version=REASONING_VERSION,
         folder=f"toy-reasoning-{REASONING_VERSION}",

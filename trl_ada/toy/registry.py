@@ -1,0 +1,50 @@
+"""The built-in toy tasks: what each one is (:class:`ToyTask`) and where it is defined (:data:`TASK_FACTORIES`)."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import datasets
+import transformers
+
+
+@dataclass(frozen=True)
+class ToyTask:
+    """A built-in toy task: its reward, completion budget, warm-up, shipped warm model and benchmark datasets.
+
+    ``train_rows(rows, seed)`` gives a benchmark's ``rows`` training rows for a seed (the order the trainer sees them
+    in is TRL's seeded shuffle of these); ``heldout(n)`` the held-out prompts, the same for every seed and never
+    trained on. ``folder`` names the cached model folders (with the seed and warm/cold after it).
+    """
+
+    name: str
+    version: str
+    folder: str
+    reward: Callable[..., list[float]]
+    max_completion_length: int
+    warmup: Callable[[transformers.Qwen2ForCausalLM, transformers.PreTrainedTokenizerBase, int], dict]
+    target_accuracy: float
+    shipped_dir: pathlib.Path
+    train_rows: Callable[[int, int], datasets.Dataset]
+    heldout: Callable[[int], datasets.Dataset]
+
+
+# Task name -> "module:function": the module of this package that defines the task, and its function returning the
+# task's ToyTask. Imported on first use (a task module imports ToyTask from here). A new task is one more line.
+TASK_FACTORIES: dict[str, str] = {
+    "arithmetic": "arithmetic:arithmetic_task",
+    "reasoning": "reasoning:reasoning_task",
+}
+TASKS = tuple(TASK_FACTORIES)
+
+
+def toy_task(name: str = "arithmetic") -> ToyTask:
+    """The built-in toy task ``name``, one of :data:`TASKS`: "arithmetic" (``47-8``, the default;
+    :mod:`trl_ada.toy.arithmetic`) or "reasoning" (``7+5-3+8``, worked step by step; :mod:`trl_ada.toy.reasoning`)."""
+    if name not in TASK_FACTORIES:
+        raise ValueError(f"unknown toy task {name!r}; expected one of {TASKS}")
+    module, function = TASK_FACTORIES[name].split(":")
+    return getattr(importlib.import_module(f".{module}", __package__), function)()
