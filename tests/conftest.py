@@ -10,10 +10,12 @@ import pytest
 
 @pytest.fixture(scope="session")
 def toy_cold_dir(tmp_path_factory):
-    """The untrained toy model and tokenizer, built once per test session in a temporary cache."""
+    """The untrained toy model and tokenizer, built once per test session in a temporary cache (a ``Path``)."""
+    from pathlib import Path
+
     from trl_ada.toy import toy_model_dir
 
-    return toy_model_dir(tmp_path_factory.mktemp("toy-cache"), warmup=False)
+    return Path(toy_model_dir(tmp_path_factory.mktemp("toy-cache"), warmup=False))
 
 
 @pytest.fixture(scope="session")

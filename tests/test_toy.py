@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -231,7 +232,7 @@ def test_cold_dir_loads(cold_dir):
 
 def test_cache_reuse_does_not_rebuild(tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_ADA_CACHE", str(tmp_path))
-    first = toy.toy_model_dir(warmup=False, seed=3)
+    first = Path(toy.toy_model_dir(warmup=False, seed=3))
     assert first.parent == tmp_path
     marker_mtime = (first / "toy_info.json").stat().st_mtime_ns
 
@@ -240,8 +241,8 @@ def test_cache_reuse_does_not_rebuild(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cache, "build_toy_model", fail)  # where toy_model_dir looks them up
     monkeypatch.setattr(cache, "build_toy_tokenizer", fail)
-    assert toy.toy_model_dir(warmup=False, seed=3) == first
-    assert toy.toy_model_dir(tmp_path, warmup=False, seed=3) == first
+    assert toy.toy_model_dir(warmup=False, seed=3) == str(first)
+    assert toy.toy_model_dir(tmp_path, warmup=False, seed=3) == str(first)
     assert (first / "toy_info.json").stat().st_mtime_ns == marker_mtime
     # Only the finished folder and the lock file remain: no temporary folders.
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [first.name]
@@ -251,7 +252,7 @@ def test_incomplete_folder_is_rebuilt(tmp_path):
     target = tmp_path / f"toy-{toy.TOY_VERSION}-seed0-cold"
     target.mkdir()
     (target / "config.json").write_text("{}")  # a half-written folder without the marker
-    assert toy.toy_model_dir(tmp_path, warmup=False) == target
+    assert toy.toy_model_dir(tmp_path, warmup=False) == str(target)
     assert (target / "toy_info.json").is_file()
     AutoModelForCausalLM.from_pretrained(target)
 
@@ -287,17 +288,38 @@ def test_grpo_trainer_runs_two_steps(cold_dir, tmp_path):
     assert len(logged) == 2
 
 
+def test_plain_grpo_trainer_takes_toy_model_dir_as_its_model(tmp_path):
+    """The A/B baseline as one writes it: TRL's own trainer, given toy_model_dir() where a model name goes."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    model_dir = toy.toy_model_dir()
+    assert isinstance(model_dir, str)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(model_dir, toy.arithmetic_reward, args=args, train_dataset=toy.make_arithmetic_dataset(8))
+    assert trainer.model.config.name_or_path == model_dir
+
+
 # --- the warm model: shipped with the package ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def warm_dir():
-    return toy.toy_model_dir(warmup=True)
+    return Path(toy.toy_model_dir(warmup=True))
 
 
 def test_the_shipped_warm_model_is_what_toy_model_dir_returns():
     info = json.loads((toy.SHIPPED_WARM_DIR / "toy_info.json").read_text())
-    assert toy.toy_model_dir() == toy.SHIPPED_WARM_DIR
+    assert toy.toy_model_dir() == str(toy.SHIPPED_WARM_DIR)
     assert info["warmup"] and info["seed"] == 0 and info["version"] == toy.TOY_VERSION
     weights = (toy.SHIPPED_WARM_DIR / "model.safetensors").read_bytes()
     assert hashlib.sha256(weights).hexdigest() == info["model_sha256"]
@@ -313,8 +335,8 @@ def test_toy_model_dir_other_seeds_and_prebuilt_false_still_build(tmp_path, monk
         "_warmup",
         lambda model, tokenizer, seed: calls.append(seed) or {"steps": 0, "check_accuracy": 0.0, "seconds": 0.0},
     )
-    assert toy.toy_model_dir(tmp_path, seed=0, prebuilt=False) == tmp_path / f"toy-{toy.TOY_VERSION}-seed0-warm"
-    assert toy.toy_model_dir(tmp_path, seed=1) == tmp_path / f"toy-{toy.TOY_VERSION}-seed1-warm"
+    assert toy.toy_model_dir(tmp_path, seed=0, prebuilt=False) == str(tmp_path / f"toy-{toy.TOY_VERSION}-seed0-warm")
+    assert toy.toy_model_dir(tmp_path, seed=1) == str(tmp_path / f"toy-{toy.TOY_VERSION}-seed1-warm")
     assert calls == [0, 1]
 
 
@@ -337,7 +359,7 @@ def test_the_warm_up_that_built_the_shipped_model_still_runs(tmp_path, monkeypat
     monkeypatch.setattr(arithmetic, "_WARMUP_MAX_STEPS", 10)
     monkeypatch.setattr(arithmetic, "_WARMUP_CHECK_EVERY", 5)
     with pytest.warns(RuntimeWarning, match="10-step cap"):
-        folder = toy.toy_model_dir(tmp_path, prebuilt=False)
+        folder = Path(toy.toy_model_dir(tmp_path, prebuilt=False))
     info = json.loads((folder / "toy_info.json").read_text())
     assert (info["steps"], info["hit_step_cap"]) == (10, True) and 0.0 <= info["check_accuracy"] < 0.4
     AutoModelForCausalLM.from_pretrained(folder)

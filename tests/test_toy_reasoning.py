@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -171,7 +172,7 @@ def test_warmup_draws_short_problems_more_often():
 def test_warmup_stops_at_the_first_check_reaching_the_target(tmp_path, monkeypatch):
     target = reasoning.WARMUP_TARGET_ACCURACY
     calls = _scripted_accuracies(monkeypatch, [0.1, target - 0.01, target, 0.2, 0.9])
-    folder = toy.toy_model_dir(tmp_path, seed=5, task="reasoning")
+    folder = Path(toy.toy_model_dir(tmp_path, seed=5, task="reasoning"))
     assert folder.name == f"toy-reasoning-{reasoning.REASONING_VERSION}-seed5-warm"
     info = json.loads((folder / "toy_info.json").read_text())
     assert (info["steps"], info["check_accuracy"], info["hit_step_cap"]) == (3, target, False)
@@ -185,16 +186,16 @@ def test_warmup_that_never_reaches_the_target_stops_at_the_cap(tmp_path, monkeyp
     _scripted_accuracies(monkeypatch, [0.1, 0.2, 0.3])
     monkeypatch.setattr(reasoning, "_WARMUP_MAX_STEPS", 3)
     with pytest.warns(RuntimeWarning, match="3-step cap"):
-        folder = toy.toy_model_dir(tmp_path, prebuilt=False, task="reasoning")
+        folder = Path(toy.toy_model_dir(tmp_path, prebuilt=False, task="reasoning"))
     info = json.loads((folder / "toy_info.json").read_text())
     assert (info["steps"], info["check_accuracy"], info["hit_step_cap"]) == (3, 0.3, True)
 
 
 def test_toy_model_dir_task_names(tmp_path, monkeypatch):
     monkeypatch.setattr(reasoning, "warmup", lambda model, tokenizer, seed: {"steps": 0, "check_accuracy": 0.0})
-    assert toy.toy_model_dir(task="reasoning") == reasoning.SHIPPED_WARM_DIR
+    assert toy.toy_model_dir(task="reasoning") == str(reasoning.SHIPPED_WARM_DIR)
     cold = toy.toy_model_dir(tmp_path, warmup=False, task="reasoning")
-    assert cold.name == f"toy-reasoning-{reasoning.REASONING_VERSION}-seed0-cold"
+    assert Path(cold).name == f"toy-reasoning-{reasoning.REASONING_VERSION}-seed0-cold"
     assert toy.toy_model_dir(tmp_path, warmup=False) != cold  # the arithmetic task's folders keep their names
     with pytest.raises(ValueError, match="unknown toy task"):
         toy.toy_model_dir(tmp_path, task="chess")

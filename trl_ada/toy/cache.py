@@ -58,10 +58,13 @@ def toy_model_dir(
     seed: int = 0,
     prebuilt: bool = True,
     task: str = "arithmetic",
-) -> pathlib.Path:
-    """Return a folder holding the saved toy model and tokenizer for ``task``, building it on first use.
+) -> str:
+    """Return the path (a ``str``) of a folder holding the saved toy model and tokenizer for ``task``, building it on
+    first use.
 
-    The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``.
+    The folder loads with ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``,
+    and the path goes wherever a model name goes: ``GRPOTrainer(toy_model_dir(), ...)`` (TRL's trainer takes a ``str``
+    or a model, not a ``pathlib.Path``), ``--model_name_or_path``. Wrap it in ``pathlib.Path`` to look inside.
     ``warmup=False`` gives the untrained random model; ``warmup=True`` the task's supervised warm-up, which stops at
     the first check whose sampled held-out accuracy reaches the task's target (0.40 for "arithmetic"). For
     ``warmup=True, seed=0`` that is the folder shipped with the package (the task's ``shipped_dir``:
@@ -73,6 +76,12 @@ def toy_model_dir(
     A folder is written to a temporary sibling and renamed into place with the completion marker already inside, so
     concurrent processes and interrupted runs never see a half-written folder.
     """
+    return str(_toy_model_path(cache_dir, warmup, seed, prebuilt, task))
+
+
+def _toy_model_path(
+    cache_dir: str | os.PathLike | None, warmup: bool, seed: int, prebuilt: bool, task: str
+) -> pathlib.Path:
     spec = toy_task(task)
     if warmup and seed == SHIPPED_WARM_SEED and prebuilt:
         if not (spec.shipped_dir / _MARKER).is_file():
