@@ -106,11 +106,57 @@ def test_reward_reads_the_final_answer_after_the_marker():
         "#17\n",  # trailing whitespace is fine
         "#17\n#18",  # the last answer counts
         "#17 and more",  # text after the answer
-        "#017",  # the same integer
+        "#017",  # the same integer, but not in its canonical form
         "",
     ]
-    assert reasoning.reasoning_reward(completions, ["17"] * len(completions)) == [1, 1, 0, 0, 0, 1, 0, 0, 1, 0]
+    assert reasoning.reasoning_reward(completions, ["17"] * len(completions)) == [1, 1, 0, 0, 0, 1, 0, 0, 0, 0]
     assert reasoning.reasoning_reward(["#0", "#-3"], [0, "-3"]) == [1.0, 1.0]
+
+
+def test_reward_reads_only_the_canonical_integer():
+    """ASCII digits, no leading zeros but "0" itself, a minus sign only before a nonzero number."""
+    cases = [
+        ("#12", "12", 1.0),
+        ("#012", "12", 0.0),
+        ("#00", "0", 0.0),
+        ("#0", "0", 1.0),
+        ("#-0", "0", 0.0),
+        ("#+12", "12", 0.0),
+        ("#-12", "-12", 1.0),
+        ("#-012", "-12", 0.0),
+        ("#\uff11\uff12", "12", 0.0),  # full-width digits
+        ("#\u0661\u0662", "12", 0.0),  # Arabic-Indic digits
+        ("#1\uff12", "12", 0.0),
+        ("3+9=12\n#12", "12", 1.0),
+    ]
+    completions, answers, expected = zip(*cases, strict=True)
+    assert reasoning.reasoning_reward(list(completions), list(answers)) == list(expected)
+
+
+def test_reward_without_ids_counts_a_text_of_the_whole_budget_as_truncated(tokenizer):
+    """Every character a completion of this task is made of is one token, so the text's length is its token count:
+    one of MAX_COMPLETION_LENGTH characters had no room for EOS."""
+    budget = reasoning.MAX_COMPLETION_LENGTH
+    for character in "0123456789+-=#\n":
+        assert len(tokenizer.encode(character, add_special_tokens=False)) == 1
+    for row in reasoning.make_reasoning_dataset(200, seed=9):
+        solution = reasoning.solve(row["prompt"][0]["content"])[0]
+        assert len(tokenizer.encode(solution, add_special_tokens=False)) == len(solution) < budget
+    # The only tokens decoding to several characters are merges of lowercase letters (and the special tokens).
+    multi = {token for token in tokenizer.get_vocab() if len(tokenizer.convert_tokens_to_string([token])) > 1}
+    assert all(token.isalpha() and token.islower() for token in multi - set(tokenizer.all_special_tokens))
+
+    def padded(length):  # ends with "#17" after steps of the task's characters, exactly ``length`` characters long
+        return "1+0=1\n" * ((length - 3) // 6) + "0" * ((length - 3) % 6) + "#17"
+
+    texts = [padded(budget - 1), padded(budget), padded(budget + 5), "#17"]
+    assert [len(text) for text in texts] == [budget - 1, budget, budget + 5, 3]
+    assert reasoning.reasoning_reward(texts, ["17"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    conversations = [[{"role": "assistant", "content": text}] for text in texts]
+    assert reasoning.reasoning_reward(conversations, ["17"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    # Given ids, they decide: the same long text finished with EOS within a larger budget is right.
+    ids = [[*tokenizer.encode(text, add_special_tokens=False), reasoning.EOS_TOKEN_ID] for text in texts]
+    assert reasoning.reasoning_reward(texts, ["17"] * 4, completion_ids=ids) == [1.0, 1.0, 1.0, 1.0]
 
 
 def test_reward_scores_truncated_completions_wrong(tokenizer):

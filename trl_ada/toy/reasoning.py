@@ -188,7 +188,9 @@ def reasoning_train_rows(rows: int, seed: int = 0) -> datasets.Dataset:
 # Reward
 # --------------------------------------------------------------------------------------------------------------------
 
-_FINAL_ANSWER = re.compile(r"#(-?\d+)\s*\Z")
+# The final answer in its one canonical form: ASCII digits, no leading zero (but "0" itself), a minus sign only before
+# a nonzero number. "#012", "#-0", "#+12" and full-width digits are not answers.
+_FINAL_ANSWER = re.compile(r"#(0|-?[1-9][0-9]*)\s*\Z")
 
 
 def reasoning_reward(
@@ -199,19 +201,34 @@ def reasoning_reward(
 ) -> list[float]:
     """TRL reward function: 1.0 if a completion ends with ``#<answer>`` and was not truncated, else 0.0.
 
-    Only the final answer counts, not the steps. ``completions`` may be strings or conversations; ``answer`` is the
-    dataset column. ``completion_ids`` (which GRPOTrainer passes) marks truncation: a completion whose ids do not end
-    with the toy tokenizer's EOS (:data:`EOS_TOKEN_ID`) was cut at ``max_completion_length`` and scores 0.0 whatever
-    its text. Other keyword arguments are ignored.
+    Only the final answer counts, not the steps, and only written in its canonical form: ASCII digits without leading
+    zeros, a minus sign only before a nonzero number (``#012``, ``#-0`` and full-width digits score 0.0).
+    ``completions`` may be strings or conversations; ``answer`` is the dataset column. Other keyword arguments are
+    ignored.
+
+    Truncation: ``completion_ids`` (which GRPOTrainer passes) decide it: a completion whose ids do not end with the
+    toy tokenizer's EOS (:data:`EOS_TOKEN_ID`) was cut at ``max_completion_length`` and scores 0.0 whatever its text.
+    Without them the text decides: a completion of :data:`MAX_COMPLETION_LENGTH` characters or more scores 0.0. Every
+    character this task's completions are made of (digits, ``+``, ``-``, ``=``, ``#``, newline) is exactly one token
+    of the toy tokenizer, so such a text took at least :data:`MAX_COMPLETION_LENGTH` tokens and its EOS would have been
+    one token past the budget. (The tokenizer's only tokens that decode to several characters are a few merges of
+    lowercase letters from the role names; special tokens, dropped from the text, and bytes of a split UTF-8
+    character decode to fewer. Text outside the task's characters can therefore be miscounted: pass ``completion_ids``
+    where they exist.)
     """
     if completion_ids is None:
         completion_ids = [None] * len(completions)
     rewards = []
     for completion, target, ids in zip(completions, answer, completion_ids, strict=True):
-        if ids is not None and (len(ids) == 0 or ids[-1] != EOS_TOKEN_ID):
+        text = _completion_text(completion)
+        if ids is None:
+            truncated = len(text) >= MAX_COMPLETION_LENGTH
+        else:
+            truncated = len(ids) == 0 or ids[-1] != EOS_TOKEN_ID
+        if truncated:
             rewards.append(0.0)
             continue
-        match = _FINAL_ANSWER.search(_completion_text(completion))
+        match = _FINAL_ANSWER.search(text)
         rewards.append(1.0 if match and int(match[1]) == int(target) else 0.0)
     return rewards
 
