@@ -2,6 +2,7 @@
 version; and the built wheel, installed in a fresh venv, trains the toy recipe by name."""
 
 import configparser
+import json
 import os
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def test_the_notebook_extra_installs_what_opening_the_notebook_needs():
     source = (ROOT / "notebooks" / "quickstart.ipynb").read_text()
     found = {word for word in imports if f"import {word}" in source or f"from {word}" in source}
     assert found == imports  # what the notebook imports: the extra's plotting library and the package's own deps
+
+
+def test_the_notebook_cells_have_stable_ids_and_it_pins_the_toy_models_threads():
+    """Cell ids (nbformat 4.5) stored in the file, not made up at random by each reader; one torch thread for the toy
+    model, as the README's quick start does."""
+    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    assert (notebook["nbformat"], notebook["nbformat_minor"]) >= (4, 5)
+    ids = [cell.get("id") for cell in notebook["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    sources = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    first_toy = next(i for i, source in enumerate(sources) if "toy_model_dir()" in source)
+    assert "use_toy_threads()" in sources[first_toy].split("toy_model_dir()")[0]
 
 
 # -------------------------------------------------------------------------------------------------------------------
