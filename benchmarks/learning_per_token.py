@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import pathlib
-import random
 import sys
 import tempfile
 import time
@@ -45,6 +44,18 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
+from learning_stats import (
+    BOOTSTRAP_RESAMPLES,
+    area_under_curve,
+    checkpoint_curve,
+    crossing,
+    mean,
+    mean_curve,
+    paired_bootstrap,
+    ratio,
+    spread,
+    up_to_budget,
+)
 from machine import describe, machine_info
 
 
@@ -202,81 +213,6 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def crossing(xs: Sequence[float], accuracies: Sequence[float], target: float) -> float | None:
-    """The x at which the piecewise-linear curve (xs, accuracies) first reaches ``target``; None if it never does.
-
-    xs must be non-decreasing (tokens or seconds). A curve that starts at or above the target crosses at xs[0].
-    """
-    if len(xs) != len(accuracies) or not xs:
-        raise ValueError(f"need equally long, non-empty curves; got {len(xs)} xs and {len(accuracies)} accuracies")
-    if accuracies[0] >= target:
-        return float(xs[0])
-    for i in range(1, len(xs)):
-        if accuracies[i] >= target:
-            fraction = (target - accuracies[i - 1]) / (accuracies[i] - accuracies[i - 1])
-            return xs[i - 1] + fraction * (xs[i] - xs[i - 1])
-    return None
-
-
-def mean_curve(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """Average the checkpoints of several seeds' runs of one method, step by step (they evaluate at the same steps)."""
-    steps = [[c["step"] for c in run["checkpoints"]] for run in runs]
-    if any(s != steps[0] for s in steps):
-        raise ValueError("runs evaluated at different steps; rerun them with the same --steps and --eval-every")
-    curve: dict[str, list[float]] = {"step": list(steps[0])}
-    for key in ("tokens", "seconds", "accuracy"):
-        columns = zip(*[[c[key] for c in run["checkpoints"]] for run in runs], strict=True)
-        curve[key] = [sum(column) / len(column) for column in columns]
-    return curve
-
-
-def up_to_budget(curve: dict[str, list[float]], budget: float | None) -> dict[str, list[float]]:
-    """The curve (columns step, tokens, seconds, accuracy) cut at ``budget`` tokens: the points below it and one
-    interpolated at it. A curve that never reaches the budget, or ``budget=None``, comes back whole."""
-    tokens = curve["tokens"]
-    if budget is None or tokens[-1] <= budget:
-        return {key: list(values) for key, values in curve.items()}
-    end = next(i for i, x in enumerate(tokens) if x >= budget)
-    if end == 0 or tokens[end] == budget:
-        return {key: list(values[: end + 1]) for key, values in curve.items()}
-    cut = {key: list(values[:end]) for key, values in curve.items()}
-    fraction = (budget - tokens[end - 1]) / (tokens[end] - tokens[end - 1])
-    for key, values in curve.items():
-        cut[key].append(values[end - 1] + fraction * (values[end] - values[end - 1]))
-    return cut
-
-
-def _checkpoint_curve(run: dict[str, Any]) -> dict[str, list[float]]:
-    return {key: [c[key] for c in run["checkpoints"]] for key in ("step", "tokens", "seconds", "accuracy")}
-
-
-def area_under_curve(xs: Sequence[float], accuracies: Sequence[float], budget: float) -> float:
-    """Mean accuracy over x in [0, budget] of the piecewise-linear curve (xs, accuracies), held at accuracies[0]
-    before xs[0] (the accuracy before training, measured at x = 0 when xs[0] = 0). The curve must reach `budget`."""
-    if budget <= 0 or xs[-1] < budget:
-        raise ValueError(f"the curve ends at x = {xs[-1]}, before the budget {budget}")
-    area, previous_x, previous_y = 0.0, 0.0, accuracies[0]
-    for x, y in zip(xs, accuracies, strict=True):
-        if x >= budget:
-            y_at_budget = previous_y + (y - previous_y) * (budget - previous_x) / (x - previous_x)
-            area += (budget - previous_x) * (previous_y + y_at_budget) / 2
-            return area / budget
-        area += (x - previous_x) * (previous_y + y) / 2
-        previous_x, previous_y = x, y
-    return area / budget
-
-
-def _spread(values: Sequence[float | None]) -> dict[str, Any]:
-    """Mean and sample standard deviation of the values that exist, and how many do not (a seed that never reached
-    the target)."""
-    present = [v for v in values if v is not None]
-    mean = sum(present) / len(present) if present else None
-    std = None
-    if len(present) > 1:
-        std = (sum((v - mean) ** 2 for v in present) / (len(present) - 1)) ** 0.5
-    return {"mean": mean, "std": std, "missing": len(values) - len(present), "values": list(values)}
-
-
 def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> list[dict[str, Any]]:
     """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares.
 
@@ -298,7 +234,7 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
     rows = []
     for key, method_runs in by_method.items():
         curve = curves[key]
-        seed_curves = [up_to_budget(_checkpoint_curve(run), budget) for run in method_runs]
+        seed_curves = [up_to_budget(checkpoint_curve(run), budget) for run in method_runs]
         tokens = crossing(curve["tokens"], curve["accuracy"], target)
         seconds = crossing(curve["seconds"], curve["accuracy"], target)
 
@@ -326,89 +262,28 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
                 "final_accuracy": curve["accuracy"][-1],
                 "final_accuracy_per_seed": [c["accuracy"][-1] for c in seed_curves],
                 "tokens_to_target": tokens,
-                "tokens_ratio": _ratio(tokens, base_tokens),
+                "tokens_ratio": ratio(tokens, base_tokens),
                 "seconds_to_target": seconds,
-                "seconds_ratio": _ratio(seconds, base_seconds),
+                "seconds_ratio": ratio(seconds, base_seconds),
                 "tokens_total": curve["tokens"][-1],
                 "seconds_total": curve["seconds"][-1],
-                "tokens_to_target_per_seed": _spread(per_seed("tokens")),
-                "seconds_to_target_per_seed": _spread(per_seed("seconds")),
-                "auc_tokens": _spread(areas("tokens", token_budget)),
-                "auc_seconds": _spread(areas("seconds", second_budget)),
+                "tokens_to_target_per_seed": spread(per_seed("tokens")),
+                "seconds_to_target_per_seed": spread(per_seed("seconds")),
+                "auc_tokens": spread(areas("tokens", token_budget)),
+                "auc_seconds": spread(areas("seconds", second_budget)),
                 "auc_token_budget": token_budget,
                 "auc_second_budget": second_budget,
-                "samples_per_prompt": _mean([run["samples_per_prompt"] for run in method_runs]),
-                "completions_per_trained_prompt": _mean(
-                    [run["completions_per_trained_prompt"] for run in method_runs]
-                ),
-                "refills_per_step": _mean([run["refills_per_step"] for run in method_runs]),
-                "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
-                "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
-                "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
+                "samples_per_prompt": mean([run["samples_per_prompt"] for run in method_runs]),
+                "completions_per_trained_prompt": mean([run["completions_per_trained_prompt"] for run in method_runs]),
+                "refills_per_step": mean([run["refills_per_step"] for run in method_runs]),
+                "skipped_per_step": mean([run["skipped_per_step"] for run in method_runs]),
+                "frac_zero_std": mean([run["frac_zero_std"] for run in method_runs]),
+                "frac_zero_std_first_round": mean([run["frac_zero_std_first_round"] for run in method_runs]),
                 **paired_bootstrap(by_method[BASELINE], method_runs, match_tokens=match_tokens),
                 "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             }
         )
     return rows
-
-
-BOOTSTRAP_RESAMPLES = 2000
-
-
-def _percentile_interval(values: Sequence[float], level: float = 0.95) -> list[float | None]:
-    """The central ``level`` interval of ``values`` by the percentile method; inf (a resample that never reached the
-    target) is reported as None."""
-    ordered = sorted(values)
-    low = ordered[math.floor((1 - level) / 2 * (len(ordered) - 1))]
-    high = ordered[math.ceil((1 + level) / 2 * (len(ordered) - 1))]
-    return [None if v == float("inf") else v for v in (low, high)]
-
-
-def paired_bootstrap(
-    base_runs: Sequence[dict[str, Any]],
-    method_runs: Sequence[dict[str, Any]],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-    match_tokens: bool = False,
-) -> dict[str, list[float | None]]:
-    """95% intervals for a method's tokens and seconds ratios to the baseline and for its final accuracy, by a paired
-    bootstrap over seeds: each resample draws seeds with replacement and takes the baseline's and the method's runs of
-    those same seeds, so that the prompts and sampling a seed shares between methods cancel out. Within a resample
-    the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
-    seed-averaged final accuracy; with ``match_tokens`` the method's curve is cut at the resample's baseline token
-    budget, as in `summarise`); a method that never reaches the target counts as an infinite ratio."""
-    base = {run["seed"]: run for run in base_runs}
-    mine = {run["seed"]: run for run in method_runs}
-    seeds = sorted(set(base) & set(mine))
-    if not seeds:
-        raise ValueError("the baseline and the method share no seed")
-    rng = random.Random(seed)
-    ratios: dict[str, list[float]] = {"tokens": [], "seconds": []}
-    finals = []
-    for _ in range(resamples):
-        sample = [rng.choice(seeds) for _ in seeds]
-        base_curve = mean_curve([base[s] for s in sample])
-        curve = up_to_budget(mean_curve([mine[s] for s in sample]), base_curve["tokens"][-1] if match_tokens else None)
-        target = base_curve["accuracy"][-1]
-        for x, values in ratios.items():
-            ratio = _ratio(
-                crossing(curve[x], curve["accuracy"], target), crossing(base_curve[x], base_curve["accuracy"], target)
-            )
-            values.append(float("inf") if ratio is None else ratio)
-        finals.append(curve["accuracy"][-1])
-    return {
-        "tokens_ratio_ci": _percentile_interval(ratios["tokens"]),
-        "seconds_ratio_ci": _percentile_interval(ratios["seconds"]),
-        "final_accuracy_ci": _percentile_interval(finals),
-    }
-
-
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -424,7 +299,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             return ""
         return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
 
-    def spread(cell: dict[str, Any], fmt: str) -> str:
+    def seeds_cell(cell: dict[str, Any], fmt: str) -> str:
         if cell["mean"] is None:
             return "none reached"
         text = fmt.format(cell["mean"]) + ("" if cell["std"] is None else " ± " + fmt.format(cell["std"]))
@@ -443,9 +318,9 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['method']} | {steps} | {final} ({per_seed}) "
             f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}', r.get('tokens_ratio_ci'))} "
-            f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
+            f"| {seeds_cell(r['tokens_to_target_per_seed'], '{:,.0f}')} "
             f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}', r.get('seconds_ratio_ci'))} "
-            f"| {spread(r['auc_tokens'], '{:.3f}')} | {spread(r['auc_seconds'], '{:.3f}')} "
+            f"| {seeds_cell(r['auc_tokens'], '{:.3f}')} | {seeds_cell(r['auc_seconds'], '{:.3f}')} "
             f"| {r['completions_per_trained_prompt']:.2f} "
             f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
         )

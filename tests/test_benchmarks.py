@@ -19,23 +19,6 @@ import overhead
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_crossing_interpolates_at_the_first_crossing():
-    tokens = [0, 100, 200, 300, 400]
-    accuracy = [0.40, 0.45, 0.55, 0.45, 0.60]
-    # First reaches 0.50 halfway between (100, 0.45) and (200, 0.55); the later dip and recovery do not count.
-    assert learning_per_token.crossing(tokens, accuracy, 0.50) == pytest.approx(150.0)
-    # 0.58 is only reached on the last segment: 300 + (0.58 - 0.45) / (0.60 - 0.45) * 100.
-    assert learning_per_token.crossing(tokens, accuracy, 0.58) == pytest.approx(300 + 0.13 / 0.15 * 100)
-    assert learning_per_token.crossing(tokens, accuracy, 0.55) == pytest.approx(200.0)  # reached exactly at a point
-    assert learning_per_token.crossing(tokens, accuracy, 0.40) == 0.0  # already there at the start
-    assert learning_per_token.crossing(tokens, accuracy, 0.61) is None  # never reached
-
-
-def test_crossing_rejects_mismatched_curves():
-    with pytest.raises(ValueError, match="equally long"):
-        learning_per_token.crossing([0, 1], [0.5], 0.5)
-
-
 def fake_run(key, seed, tokens, accuracies, seconds=None, zero_std=0.5):
     seconds = seconds or [t / 100 for t in tokens]
     checkpoints = [
@@ -201,21 +184,6 @@ def test_paired_bootstrap_intervals_hand_worked():
     assert rows["grpo-4"]["tokens_ratio_ci"] == [1.0, 1.0]  # the baseline against itself
 
 
-def test_up_to_budget_cuts_every_column_at_the_budget():
-    curve = {"step": [0, 10, 20], "tokens": [0, 1000, 3000], "seconds": [0, 5, 9], "accuracy": [0.4, 0.5, 0.7]}
-    # 2000 tokens lie halfway along the second segment: step 15, 7 s, accuracy 0.6.
-    cut = learning_per_token.up_to_budget(curve, 2000)
-    assert cut == {
-        "step": [0, 10, pytest.approx(15)],
-        "tokens": [0, 1000, pytest.approx(2000)],
-        "seconds": [0, 5, pytest.approx(7)],
-        "accuracy": [0.4, 0.5, pytest.approx(0.6)],
-    }
-    assert learning_per_token.up_to_budget(curve, 1000)["tokens"] == [0, 1000]  # exactly on a checkpoint
-    assert learning_per_token.up_to_budget(curve, 5000) == curve  # never reaches the budget: whole
-    assert learning_per_token.up_to_budget(curve, None) == curve
-
-
 def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
     base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40, 0.45 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.02])]
     # Half the tokens per step, three times the steps: seed-averaged tokens [0, 500, ..., 3000], accuracy
@@ -312,15 +280,6 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
     assert (memory.learning_rate, memory.advantage_baseline, memory.num_generations) == (2e-4, "memory", 2)
     # Everything else keeps the task's rate.
     assert config_of("grpo-4").learning_rate == config_of("memory-2").learning_rate == 1e-4
-
-
-def test_area_under_curve_hand_worked():
-    # Accuracy 0.4 -> 0.6 over [0, 100], flat 0.6 to 200: area to 150 = 100 * 0.5 + 50 * 0.6 = 80, mean 80 / 150.
-    assert learning_per_token.area_under_curve([0, 100, 200], [0.4, 0.6, 0.6], 150) == pytest.approx(80 / 150)
-    # Cut inside a rising segment: to 50, the mean of 0.4 and 0.5.
-    assert learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 50) == pytest.approx(0.45)
-    with pytest.raises(ValueError, match="before the budget"):
-        learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 150)
 
 
 def test_recommended_is_a_catalog_method_under_its_own_name():
