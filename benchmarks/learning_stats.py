@@ -30,16 +30,19 @@ bottom:
    seeds split at random into two disjoint halves (unpaired), many times: the spread of each metric when nothing
    differs, the floor below which a method's difference is noise. (`paired_bootstrap` is the older interval of the
    tokens and seconds ratios to the final accuracy, and of the final accuracy itself.)
-4. Held-out samples: `pass_at_k` (the unbiased estimator), `mean_pass_at_k` over prompts and `accuracy_by_label`
-   (per level, rule, ...), from each prompt's count of correct samples.
+4. Held-out samples beyond accuracy, at one checkpoint (`heldout_at`): pass@k (`trl_ada.heldout.mean_pass_at_k`,
+   the unbiased estimator, from each prompt's count of correct samples), accuracy per label (level, rule) and the
+   policy's mean token entropy, as the evaluation recorded them (`trl_ada.heldout`, next to that evaluation).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from trl_ada.heldout import PASS_AT_K, mean_pass_at_k
 
 Curve = dict[str, list[float]]  # columns "step", "tokens", "seconds", "accuracy" (and no others)
 Run = dict[str, Any]  # one run as the benchmark's JSON holds it: "seed", "checkpoints", ...
@@ -340,35 +343,37 @@ def paired_bootstrap(
 # --------------------------------------------------------------------------------------------------------------------
 # 4. Held-out samples: pass@k and accuracy per label
 # --------------------------------------------------------------------------------------------------------------------
+# 4. Held-out samples beyond accuracy
+# --------------------------------------------------------------------------------------------------------------------
 
 
-PASS_AT_K = (1, 8, 32)
+def _seed_mean(values: Sequence[float | None]) -> float | None:
+    """The mean, or None if any run lacks the value (a report from before it was recorded)."""
+    return None if not values or any(v is None for v in values) else mean(values)
 
 
-def pass_at_k(num_samples: int, correct: int, k: int) -> float:
-    """The unbiased estimate of pass@k from ``correct`` of ``num_samples`` samples of one prompt: the chance that k of
-    them, drawn without replacement, hold at least one correct, 1 - C(n - c, k) / C(n, k). Refuses k > n."""
-    if not 0 <= correct <= num_samples:
-        raise ValueError(f"{correct} correct of {num_samples} samples")
-    if not 1 <= k <= num_samples:
-        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {num_samples}")
-    return 1.0 - math.comb(num_samples - correct, k) / math.comb(num_samples, k)
-
-
-def mean_pass_at_k(correct: Sequence[int], num_samples: int, k: int) -> float | None:
-    """`pass_at_k` averaged over prompts (``correct[i]`` of ``num_samples`` right on prompt i); None when k exceeds
-    the samples per prompt (undefined) or there are no prompts."""
-    if k > num_samples or not correct:
-        return None
-    return sum(pass_at_k(num_samples, c, k) for c in correct) / len(correct)
-
-
-def accuracy_by_label(correct: Sequence[int], num_samples: int, labels: Sequence[Hashable]) -> dict[str, float]:
-    """Mean accuracy (correct / num_samples, averaged over prompts) of the prompts of each label (a level, a rule),
-    keyed by the label as a string (JSON's keys), in sorted label order."""
-    if len(correct) != len(labels):
-        raise ValueError(f"{len(correct)} prompts' counts for {len(labels)} labels")
-    groups: dict[Hashable, list[int]] = {}
-    for count, label in zip(correct, labels, strict=True):
-        groups.setdefault(label, []).append(count)
-    return {str(label): sum(groups[label]) / (len(groups[label]) * num_samples) for label in sorted(groups)}
+def heldout_at(runs: Sequence[Run], step: float, num_samples: int) -> dict[str, Any]:
+    """Seed means, at each run's last checkpoint at or before ``step``, of what the held-out evaluation recorded
+    besides accuracy: pass@k for k in `PASS_AT_K` from the per-prompt counts of correct samples (``num_samples`` per
+    prompt; None for k > num_samples), accuracy per label and the mean token entropy (also before training). A measure
+    that some run did not record (reports from before it existed, entropy turned off) is None."""
+    at = []
+    for run in runs:
+        checkpoints = [c for c in run["checkpoints"] if c["step"] <= step]
+        at.append(checkpoints[-1] if checkpoints else run["checkpoints"][0])
+    counts = [c.get("correct") for c in at]
+    pass_at: dict[str, float | None] = {}
+    for k in PASS_AT_K:
+        values = [None if n is None else mean_pass_at_k(n, num_samples, k) for n in counts]
+        pass_at[str(k)] = _seed_mean(values)
+    labels = [c.get("accuracy_by_label") for c in at]
+    by_label = None
+    if labels and all(labels) and all(set(label) == set(labels[0]) for label in labels):
+        by_label = {name: mean([label[name] for label in labels]) for name in labels[0]}
+    return {
+        "heldout_step": at[0]["step"] if at else None,
+        "pass_at_k": pass_at,
+        "accuracy_by_label": by_label,
+        "entropy": _seed_mean([c.get("entropy") for c in at]),
+        "entropy_before": _seed_mean([run["checkpoints"][0].get("entropy") for run in runs]),
+    }

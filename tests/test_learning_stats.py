@@ -196,26 +196,34 @@ def test_aa_floor_splits_the_baseline_against_itself():
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_pass_at_k_unbiased_estimator():
-    # 1 of 4 right, 2 drawn: 1 - C(3, 2) / C(4, 2) = 1 - 3 / 6.
-    assert stats.pass_at_k(4, 1, 2) == pytest.approx(0.5)
-    assert stats.pass_at_k(4, 3, 1) == pytest.approx(0.75)  # pass@1 is the pass rate
-    assert stats.pass_at_k(4, 0, 4) == 0.0 and stats.pass_at_k(4, 4, 1) == 1.0
-    assert stats.pass_at_k(8, 2, 8) == 1.0  # all 8 drawn: the 2 right ones among them
-    assert stats.pass_at_k(32, 1, 8) == pytest.approx(8 / 32)  # one right: the chance it is among the 8 drawn
-    with pytest.raises(ValueError, match="pass@8 needs at least 8"):
-        stats.pass_at_k(4, 1, 8)
-    with pytest.raises(ValueError, match="5 correct of 4"):
-        stats.pass_at_k(4, 5, 1)
-    # Prompts of 1 and 3 right of 4: pass@2 0.5 and 1 - C(1, 2) / 6 = 1, mean 0.75; pass@8 undefined.
-    assert stats.mean_pass_at_k([1, 3], 4, 2) == pytest.approx(0.75)
-    assert stats.mean_pass_at_k([1, 3], 4, 8) is None
-    assert stats.mean_pass_at_k([], 4, 1) is None
+def checkpoint(step, correct=None, by_label=None, entropy=None):
+    point = {"step": step, "tokens": 100 * step, "seconds": step, "accuracy": 0.5}
+    extras = {"correct": correct, "accuracy_by_label": by_label, "entropy": entropy}
+    return point | {key: value for key, value in extras.items() if value is not None}
 
 
-def test_accuracy_by_label():
-    # Level 2: 1 and 4 of 4 right, (1 + 4) / 8; level 3: 3 and 0, 3 / 8.
-    assert stats.accuracy_by_label([1, 3, 4, 0], 4, [2, 3, 2, 3]) == {"2": 0.625, "3": 0.375}
-    assert list(stats.accuracy_by_label([0, 0], 1, ["b", "a"])) == ["a", "b"]
-    with pytest.raises(ValueError, match="2 prompts' counts for 3 labels"):
-        stats.accuracy_by_label([1, 2], 4, [1, 2, 3])
+def test_heldout_at_reads_the_last_checkpoint_within_the_step():
+    # Two seeds, 4 samples per prompt, two prompts. At step 10 (the last at or before 15): seed 0 has 1 and 3 right
+    # (pass@1 0.5), seed 1 has 4 and 0 (pass@1 0.5); pass@8 and pass@32 need more samples than 4.
+    runs = [
+        {"checkpoints": [checkpoint(0, [0, 0], {"2": 0.0}, 1.5), checkpoint(10, [1, 3], {"2": 0.5}, 1.0)]},
+        {"checkpoints": [checkpoint(0, [0, 0], {"2": 0.0}, 1.3), checkpoint(10, [4, 0], {"2": 0.25}, 0.8)]},
+    ]
+    runs[0]["checkpoints"].append(checkpoint(20, [4, 4], {"2": 1.0}, 0.1))
+    runs[1]["checkpoints"].append(checkpoint(20, [4, 4], {"2": 1.0}, 0.1))
+    at = stats.heldout_at(runs, 15, num_samples=4)
+    assert at["heldout_step"] == 10
+    assert at["pass_at_k"] == {"1": pytest.approx(0.5), "8": None, "32": None}
+    assert at["accuracy_by_label"] == {"2": pytest.approx(0.375)}
+    assert at["entropy"] == pytest.approx(0.9) and at["entropy_before"] == pytest.approx(1.4)
+    # Seed 0 at step 10, pass@2: 1 of 4 right gives 0.5, 3 of 4 gives 1; seed 1: 4 right 1, none 0. Mean 0.625.
+    assert stats.mean_pass_at_k([1, 3, 4, 0], 4, 2) == pytest.approx(0.625)
+    # Runs recorded before these measurements existed: every measure is None, nothing fails.
+    old = [{"checkpoints": [{"step": 0, "tokens": 0, "seconds": 0, "accuracy": 0.4}]}]
+    assert stats.heldout_at(old, 200, 8) == {
+        "heldout_step": 0,
+        "pass_at_k": {"1": None, "8": None, "32": None},
+        "accuracy_by_label": None,
+        "entropy": None,
+        "entropy_before": None,
+    }
