@@ -46,12 +46,19 @@ from typing import Any
 
 from learning_stats import (
     BOOTSTRAP_RESAMPLES,
+    BUDGET_FRACTIONS,
+    COMPARISON_METRICS,
+    GAIN_FRACTIONS,
+    aa_floor,
     area_under_curve,
     checkpoint_curve,
+    compare,
     crossing,
+    heldout_at,
     mean,
     mean_curve,
     paired_bootstrap,
+    paired_bootstrap_comparison,
     ratio,
     spread,
     up_to_budget,
@@ -213,17 +220,25 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> list[dict[str, Any]]:
-    """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares.
+def summarise(
+    runs: Sequence[dict[str, Any]], match_tokens: bool = False, heldout_samples: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per method, leading with the comparison against GRPO n=4 (`learning_stats.compare`: the primary
+    ``auc_delta``, then the accuracy differences at fixed budgets and the tokens and steps to fractions of GRPO's gain,
+    each with its paired-bootstrap ``*_ci``); then final accuracy, tokens and seconds to reach GRPO n=4's final
+    accuracy, zero-std shares; then, with ``heldout_samples`` (per held-out prompt), pass@k, accuracy per label and
+    entropy where the runs recorded them (`learning_stats.heldout_at`).
 
     ``match_tokens``: every curve, and each seed's, is read only up to the tokens GRPO n=4's seed-averaged curve ends
-    at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget."""
+    at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget. The comparison
+    reads every curve up to that budget either way."""
     by_method: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_method.setdefault(run["key"], []).append(run)
     if BASELINE not in by_method:
         raise ValueError(f"the ratios are relative to {BASELINE}, which was not run")
-    budget = mean_curve(by_method[BASELINE])["tokens"][-1] if match_tokens else None
+    base_curve = mean_curve(by_method[BASELINE])
+    budget = base_curve["tokens"][-1] if match_tokens else None
     curves = {key: up_to_budget(mean_curve(method_runs), budget) for key, method_runs in by_method.items()}
     target = curves[BASELINE]["accuracy"][-1]
     base_tokens = crossing(curves[BASELINE]["tokens"], curves[BASELINE]["accuracy"], target)
@@ -249,11 +264,19 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
                 for run in method_runs
             ]
 
+        comparison = compare(base_curve, mean_curve(method_runs))
+        intervals = paired_bootstrap_comparison(by_method[BASELINE], method_runs)
+        lead = {}
+        for name in COMPARISON_METRICS:
+            lead |= {name: comparison[name], f"{name}_ci": intervals[f"{name}_ci"]}
         rows.append(
             {
                 "key": key,
                 "method": method_runs[0]["method"],
                 "seeds": [run["seed"] for run in method_runs],
+                **lead,
+                "comparison_token_budget": comparison["budget"],
+                "short_of_budget": comparison["short_of_budget"],
                 "target_accuracy": target,
                 "token_budget": budget,
                 "steps": method_runs[0]["checkpoints"][-1]["step"],
@@ -281,12 +304,142 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
                 "frac_zero_std_first_round": mean([run["frac_zero_std_first_round"] for run in method_runs]),
                 **paired_bootstrap(by_method[BASELINE], method_runs, match_tokens=match_tokens),
                 "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+                **({} if heldout_samples is None else heldout_at(method_runs, curve["step"][-1], heldout_samples)),
             }
         )
     return rows
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+def markdown_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """The report's tables: the comparison with GRPO n=4 (`comparison_table`, the primary metric first) with the A/A
+    floor (`aa_floor`) and what the columns mean under it; the details (`details_table`); and the held-out measures
+    besides accuracy where the runs recorded them (`heldout_table`)."""
+    parts = [comparison_table(rows, floor), comparison_note(rows, floor), details_table(rows)]
+    heldout = heldout_table(rows)
+    return "\n\n".join(parts if heldout is None else [*parts, heldout])
+
+
+def _interval(ci: list[float | None] | None, fmt: str) -> str:
+    if ci is None:
+        return ""
+    return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
+
+
+def _delta_cell(value: float | None, ci: list[float | None] | None) -> str:
+    return "" if value is None else f"{value:+.3f}{_interval(ci, '{:+.3f}')}"
+
+
+def _ratio_cell(value: float | None, ci: list[float | None] | None) -> str:
+    return ("not reached" if value is None else f"{value:.2f}x") + _interval(ci, "{:.2f}")
+
+
+def _floor_cell(cell: dict[str, Any], fmt: str) -> str:
+    text = _interval(cell["range"], fmt).strip()
+    never = cell.get("never_reached")
+    return text + (f" ({never:.0%} never)" if never else "")
+
+
+_PERCENT = {fraction: round(fraction * 100) for fraction in (*BUDGET_FRACTIONS, *GAIN_FRACTIONS)}
+DELTA_METRICS = tuple(f"acc_delta_at_{_PERCENT[f]}" for f in BUDGET_FRACTIONS)
+TIMES_METRICS = (
+    *(f"tokens_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
+    *(f"steps_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
+    "tokens_to_final_ratio",
+)
+
+
+def comparison_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """Each method against GRPO n=4, paired over seeds: the primary Δ AUC, then the secondaries, each with its 95%
+    interval; the A/A floor's 95% ranges as the last row. Cells of metrics a row lacks are blank."""
+    lines = [
+        "| method | seeds | **Δ AUC** vs tokens [95% CI] "
+        + "".join(f"| Δ acc. at {_PERCENT[f]}% of budget " for f in BUDGET_FRACTIONS)
+        + "".join(f"| tokens to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
+        + "".join(f"| steps to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
+        + "| tokens to final acc. (secondary) |",
+        "|---" * (3 + len(DELTA_METRICS) + len(TIMES_METRICS)) + "|",
+    ]
+    for r in rows:
+        name = r["method"] + (" †" if r.get("short_of_budget") else "")
+        if r["key"] == BASELINE:
+            blank = " |" * (len(DELTA_METRICS) + len(TIMES_METRICS))
+            lines.append(f"| {name} | {len(r['seeds'])} | baseline |{blank}")
+            continue
+        cells = [_delta_cell(r.get("auc_delta"), r.get("auc_delta_ci"))]
+        cells += [_delta_cell(r.get(m), r.get(f"{m}_ci")) for m in DELTA_METRICS]
+        cells += ["" if m not in r else _ratio_cell(r[m], r.get(f"{m}_ci")) for m in TIMES_METRICS]
+        lines.append(f"| {name} | {len(r['seeds'])} | " + " | ".join(cells) + " |")
+    if floor is not None:
+        cells = [_floor_cell(floor[m], "{:+.3f}") for m in ("auc_delta", *DELTA_METRICS)]
+        cells += [_floor_cell(floor[m], "{:.2f}") for m in TIMES_METRICS]
+        lines.append(
+            f"| *A/A floor: GRPO n=4 against itself, 95% range* | {floor['half']} vs {floor['half']} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def comparison_note(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """What the comparison table's columns mean, and the A/A floor's settings (or why there is none)."""
+    base = rows[0]
+    budget = base.get("comparison_token_budget", float("nan"))
+    text = (
+        "Δ: the method minus GRPO n=4, in accuracy (+0.010 is one point), each read off its seed-averaged curve up to "
+        f"the budget: GRPO n=4's seed-averaged tokens at its last checkpoint, {budget:,.0f}. Δ AUC, the primary "
+        "metric: the difference in mean accuracy over tokens 0 to that budget. Ratios: the method's tokens (steps) "
+        "to reach the given share of GRPO n=4's gain (its final minus its start accuracy) over GRPO n=4's own; not "
+        "reached: not within the budget. [95% CI]: paired bootstrap over seeds, "
+        f"{base.get('bootstrap_resamples', BOOTSTRAP_RESAMPLES)} resamples, each with its own budget and gain."
+    )
+    if any(r.get("short_of_budget") for r in rows):
+        text += " †: its curve ends before the budget; its last accuracy is held up to it."
+    if floor is not None:
+        text += (
+            f"\n\nA/A floor: GRPO n=4's {floor['seeds']} seeds split at random into two halves of {floor['half']}, "
+            f"{floor['splits']} times, one half taken as the method (unpaired): a difference inside its range is no "
+            "larger than GRPO n=4's seeds produce against each other; never: the share of splits that never reach."
+        )
+    elif len(base["seeds"]) < 4:
+        text += f"\n\nA/A floor: cannot be computed from {len(base['seeds'])} GRPO n=4 seeds (needs at least 4)."
+    return text
+
+
+def heldout_table(rows: Sequence[dict[str, Any]]) -> str | None:
+    """pass@k, the policy's mean token entropy and accuracy per label at each method's last checkpoint within the
+    budget (seed means); None when no run recorded any of them (reports from before they were measured)."""
+
+    def number(value: float | None, fmt: str = "{:.3f}") -> str:
+        return "" if value is None else fmt.format(value)
+
+    recorded = [
+        r
+        for r in rows
+        if any((r.get("pass_at_k") or {}).values()) or r.get("entropy") is not None or r.get("accuracy_by_label")
+    ]
+    if not recorded:
+        return None
+    ks = list(recorded[0].get("pass_at_k") or {})
+    lines = [
+        "| method | at step | " + " | ".join(f"pass@{k}" for k in ks) + " | mean token entropy (before → at step) "
+        "| accuracy per label |",
+        "|---" * (4 + len(ks)) + "|",
+    ]
+    for r in rows:
+        passes = [number((r.get("pass_at_k") or {}).get(k)) for k in ks]
+        entropy = ""
+        if r.get("entropy") is not None:
+            entropy = f"{number(r.get('entropy_before'))} → {r['entropy']:.3f}"
+        labels = ", ".join(f"{label}: {value:.3f}" for label, value in (r.get("accuracy_by_label") or {}).items())
+        step = "" if r.get("heldout_step") is None else str(r["heldout_step"])
+        lines.append(f"| {r['method']} | {step} | " + " | ".join(passes) + f" | {entropy} | {labels} |")
+    return "\n".join(lines)
+
+
+def details_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Final accuracy, tokens and seconds to GRPO n=4's final accuracy (the benchmark's first headline), areas,
+    completions per trained prompt and zero-std groups."""
+
     def reach(value: float | None, ratio: float | None, fmt: str, ci: list[float | None] | None = None) -> str:
         if value is None:
             return "not reached"
@@ -409,6 +562,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         verbose=False,
         task=settings["task"],
         shuffle=not settings.get("match_tokens"),
+        heldout_entropy=settings.get("heldout_entropy", False),
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
@@ -562,7 +716,10 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
         raise SystemExit("--combine needs at least one report")
     first = reports[0]["settings"]
     for report in reports[1:]:
-        differ = sorted(k for k in set(first) | set(report["settings"]) if first.get(k) != report["settings"].get(k))
+        settings = report["settings"]
+        differ = sorted(
+            k for k in set(first) | set(settings) if k not in MEASURED_ONLY and first.get(k) != settings.get(k)
+        )
         if differ:
             raise SystemExit(f"--combine: the reports' settings differ in {differ}; their runs are not comparable")
     runs: dict[tuple[str, int], dict[str, Any]] = {}  # in the reports' order
@@ -585,6 +742,8 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
     return sorted(runs.values(), key=lambda run: (order[run["key"]], run["seed"]))
 
 
+# Settings that change what is measured, not what is trained: `--combine` pools reports that differ in them.
+MEASURED_ONLY = {"heldout_entropy"}
 # The options `--combine` uses; every other option shapes a training run, and `--combine` refuses it.
 COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
 
@@ -606,6 +765,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heldout", type=int, help="held-out prompts")
     parser.add_argument("--heldout-samples", type=int, help="sampled completions per held-out prompt")
     parser.add_argument("--prompts-per-step", type=int, default=16)
+    parser.add_argument(
+        "--no-heldout-entropy",
+        action="store_true",
+        help="skip the policy's mean token entropy at each held-out evaluation (one forward pass over the samples)",
+    )
     parser.add_argument(
         "--learning-rate",
         type=float,
@@ -676,6 +840,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "prompts_per_step": args.prompts_per_step,
         "learning_rate": learning_rate,
         "match_tokens": match_tokens or None,
+        "heldout_entropy": not args.no_heldout_entropy,
     }
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -746,8 +911,9 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
 def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.Path, name: str) -> dict[str, Any]:
     """Summarise ``runs`` into ``report`` and write it as ``name``.json, .md and .png in ``output_dir``."""
     settings = report["settings"]
-    rows = summarise(runs, match_tokens=bool(settings["match_tokens"]))
-    table = markdown_table(rows)
+    rows = summarise(runs, match_tokens=bool(settings["match_tokens"]), heldout_samples=settings["heldout_samples"])
+    floor = aa_floor([run for run in runs if run["key"] == BASELINE])
+    table = markdown_table(rows, floor)
     steps = f"{settings['steps']} steps"
     if settings["match_tokens"]:
         steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
@@ -756,7 +922,7 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
         f"seeds {report['seeds']}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, output_dir / f"{name}.png", title)
-    report |= {"summary": rows, "runs": runs}
+    report |= {"summary": rows, "aa_floor": floor, "runs": runs}
     (output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     target = rows[0]["target_accuracy"]
     budget = ""
