@@ -149,6 +149,78 @@ def test_combine_reports_refuses_runs_that_do_not_pair():
     assert [run["key"] for run in kept] == ["grpo-4", "dapo-4"]
 
 
+def test_summary_leads_with_the_auc_delta_and_the_table_with_the_aa_floor():
+    # GRPO n=4 over four seeds, two of them 0.02 above the other two; the method is each seed's GRPO curve + 0.01.
+    offsets = [0.0, 0.0, 0.02, 0.02]
+    base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40 + a, 0.50 + a, 0.60 + a]) for s, a in enumerate(offsets)]
+    better = [fake_run("better", s, [0, 1000, 2000], [0.41 + a, 0.51 + a, 0.61 + a]) for s, a in enumerate(offsets)]
+    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *better])}
+    assert list(rows["better"])[:5] == ["key", "method", "seeds", "auc_delta", "auc_delta_ci"]
+    assert rows["better"]["auc_delta"] == pytest.approx(0.01)
+    assert rows["better"]["auc_delta_ci"] == [pytest.approx(0.01), pytest.approx(0.01)]  # paired: the seeds cancel
+    assert rows["better"]["acc_delta_at_25"] == pytest.approx(0.01)
+    assert rows["better"]["comparison_token_budget"] == 2000 and rows["better"]["short_of_budget"] is False
+    floor = learning_per_token.aa_floor(base)
+    table = learning_per_token.markdown_table(list(rows.values()), floor)
+    assert "| GRPO-4 | 4 | baseline |" in table
+    assert "| BETTER | 4 | +0.010 [+0.010, +0.010] | +0.010 [+0.010, +0.010] |" in table
+    # Two seeds on each side: +0.02, 0 or -0.02 for the split that puts both high seeds on one side.
+    assert "| *A/A floor: GRPO n=4 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in table
+    assert "A/A floor: GRPO n=4's 4 seeds split at random into two halves of 2" in table
+    assert "pass@" not in table  # no run recorded per-prompt counts
+    few = learning_per_token.summarise([*base[:2], *better[:2]])
+    assert "cannot be computed from 2 GRPO n=4 seeds" in learning_per_token.markdown_table(few, None)
+
+
+def test_summary_reads_heldout_measures_where_every_run_recorded_them():
+    def recorded(key, seed, correct, entropy):
+        run = fake_run(key, seed, [0, 1000, 2000], [0.40, 0.50, 0.60])
+        for point in run["checkpoints"]:
+            point |= {"correct": correct, "accuracy_by_label": {"2": 0.5}, "entropy": entropy}
+        return run
+
+    # Two prompts, 8 samples: 1 and 8 right, pass@1 (1 + 8) / 16, pass@8 1 for both, pass@32 undefined.
+    runs = [recorded("grpo-4", s, [1, 8], 1.2) for s in (0, 1)] + [recorded("ada", s, [1, 8], 0.6) for s in (0, 1)]
+    runs.append(fake_run("old", 0, [0, 1000, 2000], [0.4, 0.5, 0.6]))
+    runs.append(fake_run("old", 1, [0, 1000, 2000], [0.4, 0.5, 0.6]))
+    rows = {row["key"]: row for row in learning_per_token.summarise(runs, heldout_samples=8)}
+    assert rows["ada"]["pass_at_k"] == {"1": pytest.approx(9 / 16), "8": 1.0, "32": None}
+    assert rows["ada"]["entropy"] == pytest.approx(0.6) and rows["ada"]["heldout_step"] == 20
+    assert rows["old"]["pass_at_k"] == {"1": None, "8": None, "32": None} and rows["old"]["entropy"] is None
+    table = learning_per_token.markdown_table(list(rows.values()))
+    assert "| method | at step | pass@1 | pass@8 | pass@32 |" in table
+    assert "| ADA | 20 | 0.562 | 1.000 |  | 0.600 → 0.600 | 2: 0.500 |" in table
+    assert "| OLD | 20 |  |  |  |  |  |" in table
+
+
+def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
+    # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
+    # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
+    report = learning_per_token.RESULTS / "learning_per_token_reasoning_memory.json"
+    argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
+    combined = learning_per_token.main(argv)
+    rows = {row["key"]: row for row in combined["summary"]}
+    memory = rows["memory-2"]
+    assert memory["auc_delta"] == pytest.approx(0.0031, abs=1e-4)
+    assert (
+        memory["tokens_to_final_ratio"] == pytest.approx(0.83, abs=0.005)
+        and memory["tokens_to_final_ratio_ci"][1] is None
+    )
+    floor = combined["aa_floor"]
+    assert floor["auc_delta"]["range"] == [pytest.approx(-0.006, abs=5e-4), pytest.approx(0.006, abs=5e-4)]
+    assert floor["tokens_to_75_ratio"]["range"] == [pytest.approx(0.75, abs=0.005), pytest.approx(1.30, abs=0.005)]
+    assert floor["tokens_to_final_ratio"]["never_reached"] == pytest.approx(0.47, abs=0.01)
+    assert "| *A/A floor" in (tmp_path / "memory.md").read_text()
+
+
+def test_combine_pools_reports_that_differ_only_in_what_they_measure():
+    def runs(seeds):
+        return [fake_run("grpo-4", seed, [0, 1000], [0.4, 0.5]) for seed in seeds]
+
+    old, new = fake_report([0], runs([0])), fake_report([1], runs([1]), {"heldout_entropy": True})
+    assert len(learning_per_token.combine_reports([old, new], None)) == 2
+
+
 def test_combine_refuses_training_flags_it_would_ignore(capsys):
     with pytest.raises(SystemExit) as exit_info:
         learning_per_token.parse_args(["--combine", "a.json", "--seeds", "0", "1", "--learning-rate", "2e-4"])
