@@ -567,6 +567,13 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
         assert row["target_accuracy"] == pytest.approx(
             sum(r["checkpoints"][-1]["accuracy"] for r in saved["runs"] if r["key"] == "grpo-4") / 2
         )
+        # One sample per held-out prompt: pass@1 is the accuracy, pass@8 and pass@32 undefined; entropy on by default.
+        assert row["pass_at_k"]["1"] == pytest.approx(row["final_accuracy"]) and row["pass_at_k"]["8"] is None
+        assert row["entropy"] > 0 and row["entropy_before"] > 0
+    for point in (c for run in saved["runs"] for c in run["checkpoints"]):
+        assert len(point["correct"]) == 8 and sum(point["correct"]) / 8 == pytest.approx(point["accuracy"])
+        assert set(point["accuracy_by_label"]) <= {"1", "2", "3"} and point["entropy"] > 0
+    assert saved["aa_floor"] is None  # two seeds
 
 
 @pytest.mark.slow
