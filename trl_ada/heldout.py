@@ -52,7 +52,7 @@ def mean_token_entropy(
     tokenizer: Any,
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[int]],
-    batch_size: int = 256,
+    batch_size: int = 64,
 ) -> float:
     """The policy's mean next-token entropy (nats, temperature 1) over the tokens of sampled completions.
 
@@ -60,8 +60,9 @@ def mean_token_entropy(
     the completion itself, up to and including its EOS. One teacher-forced forward pass over prompt + completion
     (right-padded, padding masked) gives, at the position before each completion token, the distribution that token
     was drawn from; the result is the mean of those distributions' entropies over every completion token of every
-    completion (EOS included, padding and prompt excluded). The model runs in eval mode under no_grad, and is put back
-    in the mode it was in; no random numbers are drawn.
+    completion (EOS included, padding and prompt excluded). Sequences are batched ``batch_size`` at a time in order of
+    length, to pad little. The model runs in eval mode under no_grad, and is put back in the mode it was in; no random
+    numbers are drawn.
     """
     import torch
 
@@ -70,14 +71,15 @@ def mean_token_entropy(
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("every completion needs a non-empty prompt: the first completion token is predicted from it")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = sorted(range(len(completion_ids)), key=lambda i: len(prompt_ids[i]) + len(completion_ids[i]))
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            for start in range(0, len(completion_ids), batch_size):
-                prompts = prompt_ids[start : start + batch_size]
-                completions = completion_ids[start : start + batch_size]
+            for start in range(0, len(order), batch_size):
+                prompts = [prompt_ids[i] for i in order[start : start + batch_size]]
+                completions = [completion_ids[i] for i in order[start : start + batch_size]]
                 width = max(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
                 input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
                 attention = torch.zeros((len(prompts), width), dtype=torch.long)
