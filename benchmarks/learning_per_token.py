@@ -19,12 +19,19 @@ every method but GRPO n=4 trains up to 1.4x its steps over the same rows in the 
 up to the tokens GRPO n=4 generated, so final accuracies compare at an equal token budget. Runs go to two one-thread
 worker processes (faster than one two-thread process on 2 cores); wall times are therefore single-thread times.
 
-Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
+Reported (`learning_stats`): first, against GRPO n=4 on the seed-averaged curves read up to its token budget (its
+seed-averaged tokens at its last checkpoint), the primary Δ AUC (mean accuracy over tokens 0 to that budget, method
+minus GRPO n=4) with a 95% interval from a paired bootstrap over seeds; then Δ accuracy at 25%, 50% and 100% of the
+budget, the tokens and steps to 50%, 75% and 90% of GRPO n=4's gain as ratios to its own, and the tokens to GRPO n=4's
+final accuracy (a secondary: its target sits on the noisy flat end), each with its interval; under them the A/A floor,
+GRPO n=4's seeds split into random halves against each other, the range of each metric when nothing differs. Then,
+as before: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
 accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
 paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy
 curve up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per
-seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
-averaged over training. Before the runs, the start model's own samples on the training prompts (16 per prompt)
+seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss, averaged over
+training; and, where the runs recorded them, pass@1/8/32, accuracy per level and the policy's mean token entropy on
+the held-out samples. Before the runs, the start model's own samples on the training prompts (16 per prompt)
 measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
 samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
 ``--output-dir``.
