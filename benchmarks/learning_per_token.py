@@ -72,6 +72,8 @@ from learning_stats import (
 )
 from machine import describe, machine_info
 
+from trl_ada.heldout import PASS_AT_K
+
 
 def _method(label: str, group: int, strategy: str | None = None, **options: Any) -> Any:
     from trl_ada.demo import ToyMethod
@@ -422,11 +424,13 @@ def heldout_table(rows: Sequence[dict[str, Any]]) -> str | None:
     recorded = [
         r
         for r in rows
-        if any((r.get("pass_at_k") or {}).values()) or r.get("entropy") is not None or r.get("accuracy_by_label")
+        if any(v is not None for v in (r.get("pass_at_k") or {}).values())
+        or r.get("entropy") is not None
+        or r.get("accuracy_by_label")
     ]
     if not recorded:
         return None
-    ks = list(recorded[0].get("pass_at_k") or {})
+    ks = [str(k) for k in PASS_AT_K]
     lines = [
         "| method | at step | " + " | ".join(f"pass@{k}" for k in ks) + " | mean token entropy (before → at step) "
         "| accuracy per label |",
