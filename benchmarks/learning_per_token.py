@@ -19,12 +19,19 @@ every method but GRPO n=4 trains up to 1.4x its steps over the same rows in the 
 up to the tokens GRPO n=4 generated, so final accuracies compare at an equal token budget. Runs go to two one-thread
 worker processes (faster than one two-thread process on 2 cores); wall times are therefore single-thread times.
 
-Reported: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
+Reported (`learning_stats`): first, against GRPO n=4 on the seed-averaged curves read up to its token budget (its
+seed-averaged tokens at its last checkpoint), the primary Δ AUC (mean accuracy over tokens 0 to that budget, method
+minus GRPO n=4) with a 95% interval from a paired bootstrap over seeds; then Δ accuracy at 25%, 50% and 100% of the
+budget, the tokens and steps to 50%, 75% and 90% of GRPO n=4's gain as ratios to its own, and the tokens to GRPO n=4's
+final accuracy (a secondary: its target sits on the noisy flat end), each with its interval; under them the A/A floor,
+GRPO n=4's seeds split into random halves against each other, the range of each metric when nothing differs. Then,
+as before: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
 accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
 paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy
 curve up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per
-seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss,
-averaged over training. Before the runs, the start model's own samples on the training prompts (16 per prompt)
+seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss, averaged over
+training; and, where the runs recorded them, pass@1/8/32, accuracy per level and the policy's mean token entropy on
+the held-out samples. Before the runs, the start model's own samples on the training prompts (16 per prompt)
 measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
 samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
 ``--output-dir``.
@@ -36,7 +43,6 @@ import argparse
 import json
 import math
 import pathlib
-import random
 import sys
 import tempfile
 import time
@@ -45,7 +51,28 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
+from learning_stats import (
+    BOOTSTRAP_RESAMPLES,
+    BUDGET_FRACTIONS,
+    COMPARISON_METRICS,
+    GAIN_FRACTIONS,
+    aa_floor,
+    area_under_curve,
+    checkpoint_curve,
+    compare,
+    crossing,
+    heldout_at,
+    mean,
+    mean_curve,
+    paired_bootstrap,
+    paired_bootstrap_comparison,
+    ratio,
+    spread,
+    up_to_budget,
+)
 from machine import describe, machine_info
+
+from trl_ada.heldout import PASS_AT_K
 
 
 def _method(label: str, group: int, strategy: str | None = None, **options: Any) -> Any:
@@ -202,92 +229,25 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def crossing(xs: Sequence[float], accuracies: Sequence[float], target: float) -> float | None:
-    """The x at which the piecewise-linear curve (xs, accuracies) first reaches ``target``; None if it never does.
-
-    xs must be non-decreasing (tokens or seconds). A curve that starts at or above the target crosses at xs[0].
-    """
-    if len(xs) != len(accuracies) or not xs:
-        raise ValueError(f"need equally long, non-empty curves; got {len(xs)} xs and {len(accuracies)} accuracies")
-    if accuracies[0] >= target:
-        return float(xs[0])
-    for i in range(1, len(xs)):
-        if accuracies[i] >= target:
-            fraction = (target - accuracies[i - 1]) / (accuracies[i] - accuracies[i - 1])
-            return xs[i - 1] + fraction * (xs[i] - xs[i - 1])
-    return None
-
-
-def mean_curve(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """Average the checkpoints of several seeds' runs of one method, step by step (they evaluate at the same steps)."""
-    steps = [[c["step"] for c in run["checkpoints"]] for run in runs]
-    if any(s != steps[0] for s in steps):
-        raise ValueError("runs evaluated at different steps; rerun them with the same --steps and --eval-every")
-    curve: dict[str, list[float]] = {"step": list(steps[0])}
-    for key in ("tokens", "seconds", "accuracy"):
-        columns = zip(*[[c[key] for c in run["checkpoints"]] for run in runs], strict=True)
-        curve[key] = [sum(column) / len(column) for column in columns]
-    return curve
-
-
-def up_to_budget(curve: dict[str, list[float]], budget: float | None) -> dict[str, list[float]]:
-    """The curve (columns step, tokens, seconds, accuracy) cut at ``budget`` tokens: the points below it and one
-    interpolated at it. A curve that never reaches the budget, or ``budget=None``, comes back whole."""
-    tokens = curve["tokens"]
-    if budget is None or tokens[-1] <= budget:
-        return {key: list(values) for key, values in curve.items()}
-    end = next(i for i, x in enumerate(tokens) if x >= budget)
-    if end == 0 or tokens[end] == budget:
-        return {key: list(values[: end + 1]) for key, values in curve.items()}
-    cut = {key: list(values[:end]) for key, values in curve.items()}
-    fraction = (budget - tokens[end - 1]) / (tokens[end] - tokens[end - 1])
-    for key, values in curve.items():
-        cut[key].append(values[end - 1] + fraction * (values[end] - values[end - 1]))
-    return cut
-
-
-def _checkpoint_curve(run: dict[str, Any]) -> dict[str, list[float]]:
-    return {key: [c[key] for c in run["checkpoints"]] for key in ("step", "tokens", "seconds", "accuracy")}
-
-
-def area_under_curve(xs: Sequence[float], accuracies: Sequence[float], budget: float) -> float:
-    """Mean accuracy over x in [0, budget] of the piecewise-linear curve (xs, accuracies), held at accuracies[0]
-    before xs[0] (the accuracy before training, measured at x = 0 when xs[0] = 0). The curve must reach `budget`."""
-    if budget <= 0 or xs[-1] < budget:
-        raise ValueError(f"the curve ends at x = {xs[-1]}, before the budget {budget}")
-    area, previous_x, previous_y = 0.0, 0.0, accuracies[0]
-    for x, y in zip(xs, accuracies, strict=True):
-        if x >= budget:
-            y_at_budget = previous_y + (y - previous_y) * (budget - previous_x) / (x - previous_x)
-            area += (budget - previous_x) * (previous_y + y_at_budget) / 2
-            return area / budget
-        area += (x - previous_x) * (previous_y + y) / 2
-        previous_x, previous_y = x, y
-    return area / budget
-
-
-def _spread(values: Sequence[float | None]) -> dict[str, Any]:
-    """Mean and sample standard deviation of the values that exist, and how many do not (a seed that never reached
-    the target)."""
-    present = [v for v in values if v is not None]
-    mean = sum(present) / len(present) if present else None
-    std = None
-    if len(present) > 1:
-        std = (sum((v - mean) ** 2 for v in present) / (len(present) - 1)) ** 0.5
-    return {"mean": mean, "std": std, "missing": len(values) - len(present), "values": list(values)}
-
-
-def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> list[dict[str, Any]]:
-    """One row per method: final accuracy, tokens and seconds to reach GRPO n=4's final accuracy, zero-std shares.
+def summarise(
+    runs: Sequence[dict[str, Any]], match_tokens: bool = False, heldout_samples: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per method, leading with the comparison against GRPO n=4 (`learning_stats.compare`: the primary
+    ``auc_delta``, then the accuracy differences at fixed budgets and the tokens and steps to fractions of GRPO's gain,
+    each with its paired-bootstrap ``*_ci``); then final accuracy, tokens and seconds to reach GRPO n=4's final
+    accuracy, zero-std shares; then, with ``heldout_samples`` (per held-out prompt), pass@k, accuracy per label and
+    entropy where the runs recorded them (`learning_stats.heldout_at`).
 
     ``match_tokens``: every curve, and each seed's, is read only up to the tokens GRPO n=4's seed-averaged curve ends
-    at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget."""
+    at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget. The comparison
+    reads every curve up to that budget either way."""
     by_method: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_method.setdefault(run["key"], []).append(run)
     if BASELINE not in by_method:
         raise ValueError(f"the ratios are relative to {BASELINE}, which was not run")
-    budget = mean_curve(by_method[BASELINE])["tokens"][-1] if match_tokens else None
+    base_curve = mean_curve(by_method[BASELINE])
+    budget = base_curve["tokens"][-1] if match_tokens else None
     curves = {key: up_to_budget(mean_curve(method_runs), budget) for key, method_runs in by_method.items()}
     target = curves[BASELINE]["accuracy"][-1]
     base_tokens = crossing(curves[BASELINE]["tokens"], curves[BASELINE]["accuracy"], target)
@@ -298,7 +258,7 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
     rows = []
     for key, method_runs in by_method.items():
         curve = curves[key]
-        seed_curves = [up_to_budget(_checkpoint_curve(run), budget) for run in method_runs]
+        seed_curves = [up_to_budget(checkpoint_curve(run), budget) for run in method_runs]
         tokens = crossing(curve["tokens"], curve["accuracy"], target)
         seconds = crossing(curve["seconds"], curve["accuracy"], target)
 
@@ -313,11 +273,19 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
                 for run in method_runs
             ]
 
+        comparison = compare(base_curve, mean_curve(method_runs))
+        intervals = paired_bootstrap_comparison(by_method[BASELINE], method_runs)
+        lead = {}
+        for name in COMPARISON_METRICS:
+            lead |= {name: comparison[name], f"{name}_ci": intervals[f"{name}_ci"]}
         rows.append(
             {
                 "key": key,
                 "method": method_runs[0]["method"],
                 "seeds": [run["seed"] for run in method_runs],
+                **lead,
+                "comparison_token_budget": comparison["budget"],
+                "short_of_budget": comparison["short_of_budget"],
                 "target_accuracy": target,
                 "token_budget": budget,
                 "steps": method_runs[0]["checkpoints"][-1]["step"],
@@ -326,92 +294,163 @@ def summarise(runs: Sequence[dict[str, Any]], match_tokens: bool = False) -> lis
                 "final_accuracy": curve["accuracy"][-1],
                 "final_accuracy_per_seed": [c["accuracy"][-1] for c in seed_curves],
                 "tokens_to_target": tokens,
-                "tokens_ratio": _ratio(tokens, base_tokens),
+                "tokens_ratio": ratio(tokens, base_tokens),
                 "seconds_to_target": seconds,
-                "seconds_ratio": _ratio(seconds, base_seconds),
+                "seconds_ratio": ratio(seconds, base_seconds),
                 "tokens_total": curve["tokens"][-1],
                 "seconds_total": curve["seconds"][-1],
-                "tokens_to_target_per_seed": _spread(per_seed("tokens")),
-                "seconds_to_target_per_seed": _spread(per_seed("seconds")),
-                "auc_tokens": _spread(areas("tokens", token_budget)),
-                "auc_seconds": _spread(areas("seconds", second_budget)),
+                "tokens_to_target_per_seed": spread(per_seed("tokens")),
+                "seconds_to_target_per_seed": spread(per_seed("seconds")),
+                "auc_tokens": spread(areas("tokens", token_budget)),
+                "auc_seconds": spread(areas("seconds", second_budget)),
                 "auc_token_budget": token_budget,
                 "auc_second_budget": second_budget,
-                "samples_per_prompt": _mean([run["samples_per_prompt"] for run in method_runs]),
-                "completions_per_trained_prompt": _mean(
-                    [run["completions_per_trained_prompt"] for run in method_runs]
-                ),
-                "refills_per_step": _mean([run["refills_per_step"] for run in method_runs]),
-                "skipped_per_step": _mean([run["skipped_per_step"] for run in method_runs]),
-                "frac_zero_std": _mean([run["frac_zero_std"] for run in method_runs]),
-                "frac_zero_std_first_round": _mean([run["frac_zero_std_first_round"] for run in method_runs]),
+                "samples_per_prompt": mean([run["samples_per_prompt"] for run in method_runs]),
+                "completions_per_trained_prompt": mean([run["completions_per_trained_prompt"] for run in method_runs]),
+                "refills_per_step": mean([run["refills_per_step"] for run in method_runs]),
+                "skipped_per_step": mean([run["skipped_per_step"] for run in method_runs]),
+                "frac_zero_std": mean([run["frac_zero_std"] for run in method_runs]),
+                "frac_zero_std_first_round": mean([run["frac_zero_std_first_round"] for run in method_runs]),
                 **paired_bootstrap(by_method[BASELINE], method_runs, match_tokens=match_tokens),
                 "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+                **({} if heldout_samples is None else heldout_at(method_runs, curve["step"][-1], heldout_samples)),
             }
         )
     return rows
 
 
-BOOTSTRAP_RESAMPLES = 2000
+def markdown_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """The report's tables: the comparison with GRPO n=4 (`comparison_table`, the primary metric first) with the A/A
+    floor (`aa_floor`) and what the columns mean under it; the details (`details_table`); and the held-out measures
+    besides accuracy where the runs recorded them (`heldout_table`)."""
+    parts = [comparison_table(rows, floor), comparison_note(rows, floor), details_table(rows)]
+    heldout = heldout_table(rows)
+    return "\n\n".join(parts if heldout is None else [*parts, heldout])
 
 
-def _percentile_interval(values: Sequence[float], level: float = 0.95) -> list[float | None]:
-    """The central ``level`` interval of ``values`` by the percentile method; inf (a resample that never reached the
-    target) is reported as None."""
-    ordered = sorted(values)
-    low = ordered[math.floor((1 - level) / 2 * (len(ordered) - 1))]
-    high = ordered[math.ceil((1 + level) / 2 * (len(ordered) - 1))]
-    return [None if v == float("inf") else v for v in (low, high)]
+def _interval(ci: list[float | None] | None, fmt: str) -> str:
+    if ci is None:
+        return ""
+    return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
 
 
-def paired_bootstrap(
-    base_runs: Sequence[dict[str, Any]],
-    method_runs: Sequence[dict[str, Any]],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-    match_tokens: bool = False,
-) -> dict[str, list[float | None]]:
-    """95% intervals for a method's tokens and seconds ratios to the baseline and for its final accuracy, by a paired
-    bootstrap over seeds: each resample draws seeds with replacement and takes the baseline's and the method's runs of
-    those same seeds, so that the prompts and sampling a seed shares between methods cancel out. Within a resample
-    the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
-    seed-averaged final accuracy; with ``match_tokens`` the method's curve is cut at the resample's baseline token
-    budget, as in `summarise`); a method that never reaches the target counts as an infinite ratio."""
-    base = {run["seed"]: run for run in base_runs}
-    mine = {run["seed"]: run for run in method_runs}
-    seeds = sorted(set(base) & set(mine))
-    if not seeds:
-        raise ValueError("the baseline and the method share no seed")
-    rng = random.Random(seed)
-    ratios: dict[str, list[float]] = {"tokens": [], "seconds": []}
-    finals = []
-    for _ in range(resamples):
-        sample = [rng.choice(seeds) for _ in seeds]
-        base_curve = mean_curve([base[s] for s in sample])
-        curve = up_to_budget(mean_curve([mine[s] for s in sample]), base_curve["tokens"][-1] if match_tokens else None)
-        target = base_curve["accuracy"][-1]
-        for x, values in ratios.items():
-            ratio = _ratio(
-                crossing(curve[x], curve["accuracy"], target), crossing(base_curve[x], base_curve["accuracy"], target)
-            )
-            values.append(float("inf") if ratio is None else ratio)
-        finals.append(curve["accuracy"][-1])
-    return {
-        "tokens_ratio_ci": _percentile_interval(ratios["tokens"]),
-        "seconds_ratio_ci": _percentile_interval(ratios["seconds"]),
-        "final_accuracy_ci": _percentile_interval(finals),
-    }
+def _delta_cell(value: float | None, ci: list[float | None] | None) -> str:
+    return "" if value is None else f"{value:+.3f}{_interval(ci, '{:+.3f}')}"
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
+def _ratio_cell(value: float | None, ci: list[float | None] | None) -> str:
+    return ("not reached" if value is None else f"{value:.2f}x") + _interval(ci, "{:.2f}")
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+def _floor_cell(cell: dict[str, Any], fmt: str) -> str:
+    text = _interval(cell["range"], fmt).strip()
+    never = cell.get("never_reached")
+    return text + (f" ({never:.0%} never)" if never else "")
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+_PERCENT = {fraction: round(fraction * 100) for fraction in (*BUDGET_FRACTIONS, *GAIN_FRACTIONS)}
+DELTA_METRICS = tuple(f"acc_delta_at_{_PERCENT[f]}" for f in BUDGET_FRACTIONS)
+TIMES_METRICS = (
+    *(f"tokens_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
+    *(f"steps_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
+    "tokens_to_final_ratio",
+)
+
+
+def comparison_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """Each method against GRPO n=4, paired over seeds: the primary Δ AUC, then the secondaries, each with its 95%
+    interval; the A/A floor's 95% ranges as the last row. Cells of metrics a row lacks are blank."""
+    lines = [
+        "| method | seeds | **Δ AUC** vs tokens [95% CI] "
+        + "".join(f"| Δ acc. at {_PERCENT[f]}% of budget " for f in BUDGET_FRACTIONS)
+        + "".join(f"| tokens to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
+        + "".join(f"| steps to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
+        + "| tokens to final acc. (secondary) |",
+        "|---" * (3 + len(DELTA_METRICS) + len(TIMES_METRICS)) + "|",
+    ]
+    for r in rows:
+        name = r["method"] + (" †" if r.get("short_of_budget") else "")
+        if r["key"] == BASELINE:
+            blank = " |" * (len(DELTA_METRICS) + len(TIMES_METRICS))
+            lines.append(f"| {name} | {len(r['seeds'])} | baseline |{blank}")
+            continue
+        cells = [_delta_cell(r.get("auc_delta"), r.get("auc_delta_ci"))]
+        cells += [_delta_cell(r.get(m), r.get(f"{m}_ci")) for m in DELTA_METRICS]
+        cells += ["" if m not in r else _ratio_cell(r[m], r.get(f"{m}_ci")) for m in TIMES_METRICS]
+        lines.append(f"| {name} | {len(r['seeds'])} | " + " | ".join(cells) + " |")
+    if floor is not None:
+        cells = [_floor_cell(floor[m], "{:+.3f}") for m in ("auc_delta", *DELTA_METRICS)]
+        cells += [_floor_cell(floor[m], "{:.2f}") for m in TIMES_METRICS]
+        lines.append(
+            f"| *A/A floor: GRPO n=4 against itself, 95% range* | {floor['half']} vs {floor['half']} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def comparison_note(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+    """What the comparison table's columns mean, and the A/A floor's settings (or why there is none)."""
+    base = rows[0]
+    budget = base.get("comparison_token_budget", float("nan"))
+    text = (
+        "Δ: the method minus GRPO n=4, in accuracy (+0.010 is one point), each read off its seed-averaged curve up to "
+        f"the budget: GRPO n=4's seed-averaged tokens at its last checkpoint, {budget:,.0f}. Δ AUC, the primary "
+        "metric: the difference in mean accuracy over tokens 0 to that budget. Ratios: the method's tokens (steps) "
+        "to reach the given share of GRPO n=4's gain (its final minus its start accuracy) over GRPO n=4's own; not "
+        "reached: not within the budget. [95% CI]: paired bootstrap over seeds, "
+        f"{base.get('bootstrap_resamples', BOOTSTRAP_RESAMPLES)} resamples, each with its own budget and gain."
+    )
+    if any(r.get("short_of_budget") for r in rows):
+        text += " †: its curve ends before the budget; its last accuracy is held up to it."
+    if floor is not None:
+        text += (
+            f"\n\nA/A floor: GRPO n=4's {floor['seeds']} seeds split at random into two halves of {floor['half']}, "
+            f"{floor['splits']} times, one half taken as the method (unpaired): a difference inside its range is no "
+            "larger than GRPO n=4's seeds produce against each other; never: the share of splits that never reach."
+        )
+    elif len(base["seeds"]) < 4:
+        text += f"\n\nA/A floor: cannot be computed from {len(base['seeds'])} GRPO n=4 seeds (needs at least 4)."
+    return text
+
+
+def heldout_table(rows: Sequence[dict[str, Any]]) -> str | None:
+    """pass@k, the policy's mean token entropy and accuracy per label at each method's last checkpoint within the
+    budget (seed means); None when no run recorded any of them (reports from before they were measured)."""
+
+    def number(value: float | None, fmt: str = "{:.3f}") -> str:
+        return "" if value is None else fmt.format(value)
+
+    recorded = [
+        r
+        for r in rows
+        if any(v is not None for v in (r.get("pass_at_k") or {}).values())
+        or r.get("entropy") is not None
+        or r.get("accuracy_by_label")
+    ]
+    if not recorded:
+        return None
+    ks = [str(k) for k in PASS_AT_K]
+    lines = [
+        "| method | at step | " + " | ".join(f"pass@{k}" for k in ks) + " | mean token entropy (before → at step) "
+        "| accuracy per label |",
+        "|---" * (4 + len(ks)) + "|",
+    ]
+    for r in rows:
+        passes = [number((r.get("pass_at_k") or {}).get(k)) for k in ks]
+        entropy = ""
+        if r.get("entropy") is not None:
+            entropy = f"{number(r.get('entropy_before'))} → {r['entropy']:.3f}"
+        labels = ", ".join(f"{label}: {value:.3f}" for label, value in (r.get("accuracy_by_label") or {}).items())
+        step = "" if r.get("heldout_step") is None else str(r["heldout_step"])
+        lines.append(f"| {r['method']} | {step} | " + " | ".join(passes) + f" | {entropy} | {labels} |")
+    return "\n".join(lines)
+
+
+def details_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Final accuracy, tokens and seconds to GRPO n=4's final accuracy (the benchmark's first headline), areas,
+    completions per trained prompt and zero-std groups."""
+
     def reach(value: float | None, ratio: float | None, fmt: str, ci: list[float | None] | None = None) -> str:
         if value is None:
             return "not reached"
@@ -424,7 +463,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             return ""
         return " [" + ", ".join("inf" if v is None else fmt.format(v) for v in ci) + "]"
 
-    def spread(cell: dict[str, Any], fmt: str) -> str:
+    def seeds_cell(cell: dict[str, Any], fmt: str) -> str:
         if cell["mean"] is None:
             return "none reached"
         text = fmt.format(cell["mean"]) + ("" if cell["std"] is None else " ± " + fmt.format(cell["std"]))
@@ -443,9 +482,9 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['method']} | {steps} | {final} ({per_seed}) "
             f"| {reach(r['tokens_to_target'], r['tokens_ratio'], '{:,.0f}', r.get('tokens_ratio_ci'))} "
-            f"| {spread(r['tokens_to_target_per_seed'], '{:,.0f}')} "
+            f"| {seeds_cell(r['tokens_to_target_per_seed'], '{:,.0f}')} "
             f"| {reach(r['seconds_to_target'], r['seconds_ratio'], '{:.1f}', r.get('seconds_ratio_ci'))} "
-            f"| {spread(r['auc_tokens'], '{:.3f}')} | {spread(r['auc_seconds'], '{:.3f}')} "
+            f"| {seeds_cell(r['auc_tokens'], '{:.3f}')} | {seeds_cell(r['auc_seconds'], '{:.3f}')} "
             f"| {r['completions_per_trained_prompt']:.2f} "
             f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) |"
         )
@@ -534,6 +573,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         verbose=False,
         task=settings["task"],
         shuffle=not settings.get("match_tokens"),
+        heldout_entropy=settings.get("heldout_entropy", False),
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
@@ -687,7 +727,10 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
         raise SystemExit("--combine needs at least one report")
     first = reports[0]["settings"]
     for report in reports[1:]:
-        differ = sorted(k for k in set(first) | set(report["settings"]) if first.get(k) != report["settings"].get(k))
+        settings = report["settings"]
+        differ = sorted(
+            k for k in set(first) | set(settings) if k not in MEASURED_ONLY and first.get(k) != settings.get(k)
+        )
         if differ:
             raise SystemExit(f"--combine: the reports' settings differ in {differ}; their runs are not comparable")
     runs: dict[tuple[str, int], dict[str, Any]] = {}  # in the reports' order
@@ -710,6 +753,8 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
     return sorted(runs.values(), key=lambda run: (order[run["key"]], run["seed"]))
 
 
+# Settings that change what is measured, not what is trained: `--combine` pools reports that differ in them.
+MEASURED_ONLY = {"heldout_entropy"}
 # The options `--combine` uses; every other option shapes a training run, and `--combine` refuses it.
 COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
 
@@ -731,6 +776,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heldout", type=int, help="held-out prompts")
     parser.add_argument("--heldout-samples", type=int, help="sampled completions per held-out prompt")
     parser.add_argument("--prompts-per-step", type=int, default=16)
+    parser.add_argument(
+        "--no-heldout-entropy",
+        action="store_true",
+        help="skip the policy's mean token entropy at each held-out evaluation (one forward pass over the samples)",
+    )
     parser.add_argument(
         "--learning-rate",
         type=float,
@@ -801,6 +851,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "prompts_per_step": args.prompts_per_step,
         "learning_rate": learning_rate,
         "match_tokens": match_tokens or None,
+        "heldout_entropy": not args.no_heldout_entropy,
     }
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -871,8 +922,9 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
 def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.Path, name: str) -> dict[str, Any]:
     """Summarise ``runs`` into ``report`` and write it as ``name``.json, .md and .png in ``output_dir``."""
     settings = report["settings"]
-    rows = summarise(runs, match_tokens=bool(settings["match_tokens"]))
-    table = markdown_table(rows)
+    rows = summarise(runs, match_tokens=bool(settings["match_tokens"]), heldout_samples=settings["heldout_samples"])
+    floor = aa_floor([run for run in runs if run["key"] == BASELINE])
+    table = markdown_table(rows, floor)
     steps = f"{settings['steps']} steps"
     if settings["match_tokens"]:
         steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
@@ -881,7 +933,7 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
         f"seeds {report['seeds']}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, output_dir / f"{name}.png", title)
-    report |= {"summary": rows, "runs": runs}
+    report |= {"summary": rows, "aa_floor": floor, "runs": runs}
     (output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     target = rows[0]["target_accuracy"]
     budget = ""

@@ -19,23 +19,6 @@ import overhead
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_crossing_interpolates_at_the_first_crossing():
-    tokens = [0, 100, 200, 300, 400]
-    accuracy = [0.40, 0.45, 0.55, 0.45, 0.60]
-    # First reaches 0.50 halfway between (100, 0.45) and (200, 0.55); the later dip and recovery do not count.
-    assert learning_per_token.crossing(tokens, accuracy, 0.50) == pytest.approx(150.0)
-    # 0.58 is only reached on the last segment: 300 + (0.58 - 0.45) / (0.60 - 0.45) * 100.
-    assert learning_per_token.crossing(tokens, accuracy, 0.58) == pytest.approx(300 + 0.13 / 0.15 * 100)
-    assert learning_per_token.crossing(tokens, accuracy, 0.55) == pytest.approx(200.0)  # reached exactly at a point
-    assert learning_per_token.crossing(tokens, accuracy, 0.40) == 0.0  # already there at the start
-    assert learning_per_token.crossing(tokens, accuracy, 0.61) is None  # never reached
-
-
-def test_crossing_rejects_mismatched_curves():
-    with pytest.raises(ValueError, match="equally long"):
-        learning_per_token.crossing([0, 1], [0.5], 0.5)
-
-
 def fake_run(key, seed, tokens, accuracies, seconds=None, zero_std=0.5):
     seconds = seconds or [t / 100 for t in tokens]
     checkpoints = [
@@ -166,6 +149,78 @@ def test_combine_reports_refuses_runs_that_do_not_pair():
     assert [run["key"] for run in kept] == ["grpo-4", "dapo-4"]
 
 
+def test_summary_leads_with_the_auc_delta_and_the_table_with_the_aa_floor():
+    # GRPO n=4 over four seeds, two of them 0.02 above the other two; the method is each seed's GRPO curve + 0.01.
+    offsets = [0.0, 0.0, 0.02, 0.02]
+    base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40 + a, 0.50 + a, 0.60 + a]) for s, a in enumerate(offsets)]
+    better = [fake_run("better", s, [0, 1000, 2000], [0.41 + a, 0.51 + a, 0.61 + a]) for s, a in enumerate(offsets)]
+    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *better])}
+    assert list(rows["better"])[:5] == ["key", "method", "seeds", "auc_delta", "auc_delta_ci"]
+    assert rows["better"]["auc_delta"] == pytest.approx(0.01)
+    assert rows["better"]["auc_delta_ci"] == [pytest.approx(0.01), pytest.approx(0.01)]  # paired: the seeds cancel
+    assert rows["better"]["acc_delta_at_25"] == pytest.approx(0.01)
+    assert rows["better"]["comparison_token_budget"] == 2000 and rows["better"]["short_of_budget"] is False
+    floor = learning_per_token.aa_floor(base)
+    table = learning_per_token.markdown_table(list(rows.values()), floor)
+    assert "| GRPO-4 | 4 | baseline |" in table
+    assert "| BETTER | 4 | +0.010 [+0.010, +0.010] | +0.010 [+0.010, +0.010] |" in table
+    # Two seeds on each side: +0.02, 0 or -0.02 for the split that puts both high seeds on one side.
+    assert "| *A/A floor: GRPO n=4 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in table
+    assert "A/A floor: GRPO n=4's 4 seeds split at random into two halves of 2" in table
+    assert "pass@" not in table  # no run recorded per-prompt counts
+    few = learning_per_token.summarise([*base[:2], *better[:2]])
+    assert "cannot be computed from 2 GRPO n=4 seeds" in learning_per_token.markdown_table(few, None)
+
+
+def test_summary_reads_heldout_measures_where_every_run_recorded_them():
+    def recorded(key, seed, correct, entropy):
+        run = fake_run(key, seed, [0, 1000, 2000], [0.40, 0.50, 0.60])
+        for point in run["checkpoints"]:
+            point |= {"correct": correct, "accuracy_by_label": {"2": 0.5}, "entropy": entropy}
+        return run
+
+    # Two prompts, 8 samples: 1 and 8 right, pass@1 (1 + 8) / 16, pass@8 1 for both, pass@32 undefined.
+    runs = [recorded("grpo-4", s, [1, 8], 1.2) for s in (0, 1)] + [recorded("ada", s, [1, 8], 0.6) for s in (0, 1)]
+    runs.append(fake_run("old", 0, [0, 1000, 2000], [0.4, 0.5, 0.6]))
+    runs.append(fake_run("old", 1, [0, 1000, 2000], [0.4, 0.5, 0.6]))
+    rows = {row["key"]: row for row in learning_per_token.summarise(runs, heldout_samples=8)}
+    assert rows["ada"]["pass_at_k"] == {"1": pytest.approx(9 / 16), "8": 1.0, "32": None}
+    assert rows["ada"]["entropy"] == pytest.approx(0.6) and rows["ada"]["heldout_step"] == 20
+    assert rows["old"]["pass_at_k"] == {"1": None, "8": None, "32": None} and rows["old"]["entropy"] is None
+    table = learning_per_token.markdown_table(list(rows.values()))
+    assert "| method | at step | pass@1 | pass@8 | pass@32 |" in table
+    assert "| ADA | 20 | 0.562 | 1.000 |  | 0.600 → 0.600 | 2: 0.500 |" in table
+    assert "| OLD | 20 |  |  |  |  |  |" in table
+
+
+def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
+    # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
+    # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
+    report = learning_per_token.RESULTS / "learning_per_token_reasoning_memory.json"
+    argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
+    combined = learning_per_token.main(argv)
+    rows = {row["key"]: row for row in combined["summary"]}
+    memory = rows["memory-2"]
+    assert memory["auc_delta"] == pytest.approx(0.0031, abs=1e-4)
+    assert (
+        memory["tokens_to_final_ratio"] == pytest.approx(0.83, abs=0.005)
+        and memory["tokens_to_final_ratio_ci"][1] is None
+    )
+    floor = combined["aa_floor"]
+    assert floor["auc_delta"]["range"] == [pytest.approx(-0.006, abs=5e-4), pytest.approx(0.006, abs=5e-4)]
+    assert floor["tokens_to_75_ratio"]["range"] == [pytest.approx(0.75, abs=0.005), pytest.approx(1.30, abs=0.005)]
+    assert floor["tokens_to_final_ratio"]["never_reached"] == pytest.approx(0.47, abs=0.01)
+    assert "| *A/A floor" in (tmp_path / "memory.md").read_text()
+
+
+def test_combine_pools_reports_that_differ_only_in_what_they_measure():
+    def runs(seeds):
+        return [fake_run("grpo-4", seed, [0, 1000], [0.4, 0.5]) for seed in seeds]
+
+    old, new = fake_report([0], runs([0])), fake_report([1], runs([1]), {"heldout_entropy": True})
+    assert len(learning_per_token.combine_reports([old, new], None)) == 2
+
+
 def test_combine_refuses_training_flags_it_would_ignore(capsys):
     with pytest.raises(SystemExit) as exit_info:
         learning_per_token.parse_args(["--combine", "a.json", "--seeds", "0", "1", "--learning-rate", "2e-4"])
@@ -199,21 +254,6 @@ def test_paired_bootstrap_intervals_hand_worked():
         and rows["ada"]["tokens_ratio_ci"] == same_shape["tokens_ratio_ci"]
     )
     assert rows["grpo-4"]["tokens_ratio_ci"] == [1.0, 1.0]  # the baseline against itself
-
-
-def test_up_to_budget_cuts_every_column_at_the_budget():
-    curve = {"step": [0, 10, 20], "tokens": [0, 1000, 3000], "seconds": [0, 5, 9], "accuracy": [0.4, 0.5, 0.7]}
-    # 2000 tokens lie halfway along the second segment: step 15, 7 s, accuracy 0.6.
-    cut = learning_per_token.up_to_budget(curve, 2000)
-    assert cut == {
-        "step": [0, 10, pytest.approx(15)],
-        "tokens": [0, 1000, pytest.approx(2000)],
-        "seconds": [0, 5, pytest.approx(7)],
-        "accuracy": [0.4, 0.5, pytest.approx(0.6)],
-    }
-    assert learning_per_token.up_to_budget(curve, 1000)["tokens"] == [0, 1000]  # exactly on a checkpoint
-    assert learning_per_token.up_to_budget(curve, 5000) == curve  # never reaches the budget: whole
-    assert learning_per_token.up_to_budget(curve, None) == curve
 
 
 def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
@@ -312,15 +352,6 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
     assert (memory.learning_rate, memory.advantage_baseline, memory.num_generations) == (2e-4, "memory", 2)
     # Everything else keeps the task's rate.
     assert config_of("grpo-4").learning_rate == config_of("memory-2").learning_rate == 1e-4
-
-
-def test_area_under_curve_hand_worked():
-    # Accuracy 0.4 -> 0.6 over [0, 100], flat 0.6 to 200: area to 150 = 100 * 0.5 + 50 * 0.6 = 80, mean 80 / 150.
-    assert learning_per_token.area_under_curve([0, 100, 200], [0.4, 0.6, 0.6], 150) == pytest.approx(80 / 150)
-    # Cut inside a rising segment: to 50, the mean of 0.4 and 0.5.
-    assert learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 50) == pytest.approx(0.45)
-    with pytest.raises(ValueError, match="before the budget"):
-        learning_per_token.area_under_curve([0, 100], [0.4, 0.6], 150)
 
 
 def test_recommended_is_a_catalog_method_under_its_own_name():
@@ -536,6 +567,13 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
         assert row["target_accuracy"] == pytest.approx(
             sum(r["checkpoints"][-1]["accuracy"] for r in saved["runs"] if r["key"] == "grpo-4") / 2
         )
+        # One sample per held-out prompt: pass@1 is the accuracy, pass@8 and pass@32 undefined; entropy on by default.
+        assert row["pass_at_k"]["1"] == pytest.approx(row["final_accuracy"]) and row["pass_at_k"]["8"] is None
+        assert row["entropy"] > 0 and row["entropy_before"] > 0
+    for point in (c for run in saved["runs"] for c in run["checkpoints"]):
+        assert len(point["correct"]) == 8 and sum(point["correct"]) / 8 == pytest.approx(point["accuracy"])
+        assert set(point["accuracy_by_label"]) <= {"1", "2", "3"} and point["entropy"] > 0
+    assert saved["aa_floor"] is None  # two seeds
 
 
 @pytest.mark.slow

@@ -29,7 +29,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from . import reproducible
-from .toy import sampled_accuracy, toy_dataset_split, toy_model_dir, toy_task, toy_threads
+from .heldout import LABEL_COLUMNS, accuracy_by_label, mean_token_entropy
+from .toy import sample_completions, toy_dataset_split, toy_model_dir, toy_task, toy_threads
 
 HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the demo's accuracy report
 
@@ -117,19 +118,38 @@ def count_generated_tokens(trainer: Any) -> GenerationCounter:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Held-out accuracy after ``step`` optimizer steps, ``tokens`` generated and ``seconds`` of training."""
+    """Held-out accuracy after ``step`` optimizer steps, ``tokens`` generated and ``seconds`` of training.
+
+    Also, for analyses beyond the mean: ``correct``, each held-out prompt's count of correct samples (reward 1.0, of
+    the curve's ``num_samples``; pass@k comes from these); ``accuracy_by_label``, the accuracy of each label of the
+    held-out set's ``rule`` or ``level`` column (None without one); ``entropy``, the policy's mean token entropy over
+    the sampled completions (`trl_ada.heldout.mean_token_entropy`; None unless asked for).
+    """
 
     step: int
     tokens: int
     seconds: float
     accuracy: float
+    correct: tuple[int, ...] | None = None
+    accuracy_by_label: dict[str, float] | None = None
+    entropy: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that were measured (an unmeasured one, None, is left out), JSON-ready."""
+        fields = {key: value for key, value in vars(self).items() if value is not None}
+        if self.correct is not None:
+            fields["correct"] = list(self.correct)
+        return fields
 
 
 class HeldoutCurve(TrainerCallback):
     """Evaluate held-out sampled accuracy before training and every ``every`` steps (and after the last step).
 
     ``seconds`` is training wall time with the evaluations themselves taken out, so curves of methods that evaluate
-    equally often stay comparable.
+    equally often stay comparable. Each checkpoint also keeps every prompt's count of correct samples and the accuracy
+    per label of the held-out set's first column of `LABEL_COLUMNS` (``rule``, ``level``) if it has one; with
+    ``entropy``, the policy's mean token entropy over the sampled completions, one teacher-forced forward pass more
+    (no sampling, so the accuracies are the same with or without it).
     """
 
     def __init__(
@@ -142,12 +162,15 @@ class HeldoutCurve(TrainerCallback):
         num_samples: int,
         seed: int,
         task: str = "arithmetic",
+        entropy: bool = False,
     ) -> None:
         if every < 1:
             raise ValueError(f"eval every {every} steps: expected a positive number of steps")
         self.model, self.tokenizer, self.heldout, self.counter = model, tokenizer, heldout, counter
-        self.every, self.num_samples, self.seed = every, num_samples, seed
+        self.every, self.num_samples, self.seed, self.entropy = every, num_samples, seed, entropy
         self.task = toy_task(task)
+        label_column = next((name for name in LABEL_COLUMNS if name in heldout.column_names), None)
+        self.labels = None if label_column is None else list(heldout[label_column])
         self.checkpoints: list[Checkpoint] = []
         self._start = 0.0
         self._evaluating = 0.0
@@ -155,18 +178,34 @@ class HeldoutCurve(TrainerCallback):
     def _evaluate(self, step: int) -> None:
         began = time.perf_counter()
         # Same sampling seed at every checkpoint and for every method: differences are the model's, not the dice's.
-        accuracy = sampled_accuracy(
-            self.model,
-            self.tokenizer,
-            self.heldout,
-            self.num_samples,
-            max_new_tokens=self.task.max_completion_length,
-            seed=self.seed,
-            reward=self.task.reward,
+        # The mean reward per prompt and its mean over prompts, as `trl_ada.toy.sampled_accuracy` takes them.
+        n = self.num_samples
+        if len(self.heldout) == 0:
+            raise ValueError("the held-out evaluation needs a non-empty dataset")
+        texts, completion_ids = sample_completions(
+            self.model, self.tokenizer, self.heldout, n, self.task.max_completion_length, self.seed
         )
+        answers = [answer for answer in self.heldout["answer"] for _ in range(n)]
+        rewards = self.task.reward(texts, answers, completion_ids=completion_ids)
+        rates = [sum(rewards[i : i + n]) / n for i in range(0, len(rewards), n)]
+        accuracy = sum(rates) / len(rates)
+        correct = tuple(sum(r >= 1.0 for r in rewards[i : i + n]) for i in range(0, len(rewards), n))
+        by_label = None if self.labels is None else accuracy_by_label(correct, n, self.labels)
+        entropy = None
+        if self.entropy:
+            prompt_ids = [ids for ids in self._prompt_ids() for _ in range(n)]
+            entropy = mean_token_entropy(self.model, self.tokenizer, prompt_ids, completion_ids)
         seconds = began - self._start - self._evaluating
-        self.checkpoints.append(Checkpoint(step, self.counter.completion_tokens, seconds, accuracy))
+        checkpoint = Checkpoint(step, self.counter.completion_tokens, seconds, accuracy, correct, by_label, entropy)
+        self.checkpoints.append(checkpoint)
         self._evaluating += time.perf_counter() - began
+
+    def _prompt_ids(self) -> list[list[int]]:
+        """The held-out prompts' token ids as `sample_completions` feeds them to the model (unpadded)."""
+        texts = self.tokenizer.apply_chat_template(
+            list(self.heldout["prompt"]), add_generation_prompt=True, tokenize=False
+        )
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._start, self._evaluating = time.perf_counter(), 0.0
@@ -250,7 +289,7 @@ class ToyRun:
         return {
             "method": self.method,
             "seed": self.seed,
-            "checkpoints": [vars(c) for c in self.checkpoints],
+            "checkpoints": [c.as_dict() for c in self.checkpoints],
             "generated": vars(self.generated),
             "samples_per_prompt": self.samples_per_prompt,
             "frac_zero_std": self.frac_zero_std,
@@ -282,6 +321,7 @@ def train_toy(
     before_train: Callable[[Any], None] | None = None,
     task: str = "arithmetic",
     shuffle: bool = True,
+    heldout_entropy: bool = False,
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -292,6 +332,7 @@ def train_toy(
     before ``trainer.train()``. ``task`` names the toy task (`trl_ada.toy.toy_task`): its reward and completion
     budget are used for training and for the held-out evaluations. ``shuffle=False`` trains on ``train`` in its own
     order (TRL's seeded shuffle otherwise), so runs of different lengths over one ordered set share their prefix.
+    ``heldout_entropy`` also measures the policy's mean token entropy at every held-out evaluation (`HeldoutCurve`).
     """
     spec = METHODS[method] if isinstance(method, str) else method
     toy = toy_task(task)
@@ -315,7 +356,15 @@ def train_toy(
     trainer = trainer_class(model, toy.reward, args=config, train_dataset=train, processing_class=tokenizer)
     counter = count_generated_tokens(trainer)
     curve = HeldoutCurve(
-        trainer.model, tokenizer, heldout, counter, eval_every or steps, heldout_samples, seed, task=task
+        trainer.model,
+        tokenizer,
+        heldout,
+        counter,
+        eval_every or steps,
+        heldout_samples,
+        seed,
+        task=task,
+        entropy=heldout_entropy,
     )
     log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
     _replace_callbacks(trainer, (curve, log, *callbacks))

@@ -1,0 +1,139 @@
+"""Held-out measures besides accuracy (trl_ada.heldout): pass@k and accuracy per label on hand-worked counts, the
+policy's mean token entropy against hand computations, and what `HeldoutCurve` records at a checkpoint."""
+
+import math
+
+import pytest
+import torch
+
+from trl_ada.heldout import accuracy_by_label, mean_pass_at_k, mean_token_entropy, pass_at_k
+
+
+def test_pass_at_k_unbiased_estimator():
+    # 1 of 4 right, 2 drawn: 1 - C(3, 2) / C(4, 2) = 1 - 3 / 6.
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 3, 1) == pytest.approx(0.75)  # pass@1 is the pass rate
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(8, 2, 8) == 1.0  # all 8 drawn: the 2 right ones among them
+    assert pass_at_k(32, 1, 8) == pytest.approx(8 / 32)  # one right: the chance it is among the 8 drawn
+    with pytest.raises(ValueError, match="pass@8 needs at least 8"):
+        pass_at_k(4, 1, 8)
+    with pytest.raises(ValueError, match="5 correct of 4"):
+        pass_at_k(4, 5, 1)
+    # Prompts of 1 and 3 right of 4: pass@2 0.5 and 1 - C(1, 2) / 6 = 1, mean 0.75; pass@8 undefined.
+    assert mean_pass_at_k([1, 3], 4, 2) == pytest.approx(0.75)
+    assert mean_pass_at_k([1, 3], 4, 8) is None
+    assert mean_pass_at_k([], 4, 1) is None
+
+
+def test_accuracy_by_label():
+    # Level 2: 1 and 4 of 4 right, (1 + 4) / 8; level 3: 3 and 0, 3 / 8.
+    assert accuracy_by_label([1, 3, 4, 0], 4, [2, 3, 2, 3]) == {"2": 0.625, "3": 0.375}
+    assert list(accuracy_by_label([0, 0], 1, ["b", "a"])) == ["a", "b"]
+    with pytest.raises(ValueError, match="2 prompts' counts for 3 labels"):
+        accuracy_by_label([1, 2], 4, [1, 2, 3])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Mean token entropy
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class TableModel(torch.nn.Module):
+    """A 'language model' over 2 tokens whose next-token logits depend only on the current token: after token 0,
+    logits (0, 0), p = (1/2, 1/2); after token 1, (log 3, 0), p = (3/4, 1/4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]]))
+
+    @property
+    def device(self):
+        return self.table.device
+
+    def forward(self, input_ids, attention_mask):
+        class Output:
+            logits = self.table[input_ids]
+
+        return Output()
+
+
+class PadZero:
+    pad_token_id = 0  # padding with token 0 would add ln 2 per padded position if it were counted
+
+
+H_HALF = math.log(2.0)
+H_QUARTER = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+
+
+def test_mean_token_entropy_hand_worked_on_known_logits():
+    model = TableModel().train()
+    # Completion [1, 0] after prompt [0]: token 1 is drawn after token 0 (ln 2), token 0 after token 1 (H(3/4)).
+    # Completion [1] after prompt [1]: drawn after token 1, H(3/4); this row is padded by one position.
+    entropy = mean_token_entropy(model, PadZero(), [[0], [1]], [[1, 0], [1]])
+    assert entropy == pytest.approx((H_HALF + 2 * H_QUARTER) / 3)
+    assert model.training  # put back in the mode it was in
+    # Batches of one give the same mean over all tokens (not a mean of per-batch means).
+    assert mean_token_entropy(model, PadZero(), [[0], [1]], [[1, 0], [1]], batch_size=1) == pytest.approx(entropy)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        mean_token_entropy(model, PadZero(), [[]], [[1]])
+    with pytest.raises(ValueError, match="1 prompts for 2 completions"):
+        mean_token_entropy(model, PadZero(), [[0]], [[1], [0]])
+
+
+def test_mean_token_entropy_of_the_toy_model_matches_sequence_by_sequence():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.toy import SHIPPED_WARM_DIR
+
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_WARM_DIR)
+    prompts = [
+        tokenizer("12+7=", add_special_tokens=False)["input_ids"],
+        tokenizer("3-1", add_special_tokens=False)["input_ids"],
+    ]
+    completions = [
+        tokenizer("19", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id],
+        [tokenizer.eos_token_id],
+    ]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for prompt, completion in zip(prompts, completions, strict=True):
+            logits = model(torch.tensor([prompt + completion])).logits[0].double()
+            for j in range(len(completion)):
+                p = torch.softmax(logits[len(prompt) - 1 + j], dim=-1)
+                total += float(-(p * torch.log(p)).nansum())
+                count += 1
+    assert mean_token_entropy(model, tokenizer, prompts, completions) == pytest.approx(total / count, rel=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What HeldoutCurve records
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_heldout_curve_records_counts_labels_and_entropy_beside_the_same_accuracy():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.demo import GenerationCounter, HeldoutCurve
+    from trl_ada.toy import SHIPPED_WARM_DIR, make_arithmetic_dataset, sampled_accuracy
+
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_WARM_DIR)
+    heldout = make_arithmetic_dataset(6, seed=1_000_003, split="eval")
+
+    def evaluate(entropy):
+        curve = HeldoutCurve(model, tokenizer, heldout, GenerationCounter(), 1, 4, seed=3, entropy=entropy)
+        curve._evaluate(0)
+        return curve.checkpoints[0]
+
+    point, plain = evaluate(True), evaluate(False)
+    # The accuracy is sampled_accuracy's, bit for bit, with or without the entropy's forward pass.
+    assert point.accuracy == plain.accuracy == sampled_accuracy(model, tokenizer, heldout, 4, 8, seed=3)
+    assert point.correct == plain.correct and len(point.correct) == 6
+    assert sum(point.correct) / 24 == pytest.approx(point.accuracy)
+    assert point.accuracy_by_label == accuracy_by_label(point.correct, 4, heldout["level"])
+    assert point.entropy > 0 and plain.entropy is None
+    # Unmeasured fields stay out of the JSON.
+    assert set(plain.as_dict()) == {"step", "tokens", "seconds", "accuracy", "correct", "accuracy_by_label"}
+    assert point.as_dict()["correct"] == list(point.correct)
