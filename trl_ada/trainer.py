@@ -17,7 +17,7 @@ from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import advantage_options, pool_advantages
+from .advantages import advantage_options, memory_baseline_mismatch, pool_advantages, total_reward
 from .allocation import allocate_step
 from .backends.rounds import Rollouts, sample_in_rounds
 from .backends.streaming import Streamed, sample_streaming
@@ -129,6 +129,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             raise ConnectionError(message) from error
         if args.rollout_schedule == "streaming" and self.is_deepspeed_enabled:
             check_streaming_reward_models(self.accelerator.state.deepspeed_plugin.zero_stage, self.reward_funcs)
+        # The memory baseline fits one 0/1 reward: several functions are known now, other totals once they are seen.
+        self._ada_baseline_mismatch = None
+        if args.advantage_baseline == "memory":
+            self._ada_baseline_mismatch = memory_baseline_mismatch(len(self.reward_funcs))
+            if self._ada_baseline_mismatch is not None and self.accelerator.is_main_process:
+                logger.warning(self._ada_baseline_mismatch)
         self.ada_schedule = args.schedule()
         self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
         schedule = self.ada_schedule
@@ -441,6 +447,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def _pool_advantages(self, step: _AdaStep) -> tuple[torch.Tensor, torch.Tensor]:
         args, device, pools = self.args, self.accelerator.device, step.result.kept_pools
+        if args.advantage_baseline == "memory" and self._ada_baseline_mismatch is None:  # warn once, where seen
+            totals = total_reward(step.kept_rewards_per_func, self.reward_weights).tolist()
+            self._ada_baseline_mismatch = memory_baseline_mismatch(totals=totals)
+            if self._ada_baseline_mismatch is not None:
+                logger.warning(self._ada_baseline_mismatch)
         advantages, weights = pool_advantages(
             step.kept_rewards_per_func,
             self.reward_weights,
