@@ -267,9 +267,19 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return replay
         return super()._generate_single_turn(*args, **kwargs)
 
-    def _score(self, rows, prompts, completions, completion_ids, prompt_indices: Sequence[int], local: bool = False):
+    def _score(
+        self,
+        rows,
+        prompts,
+        completions,
+        completion_ids,
+        prompt_indices: Sequence[int],
+        real_rows: int,
+        local: bool = False,
+    ):
         """GRPOTrainer's reward functions, guarded: this process's rewards. `local`: no collective call (streaming),
-        and a failure raises here only; else the rewards are scored collectively and a failure raises everywhere."""
+        and a failure raises here only; else the rewards are scored collectively and a failure raises everywhere.
+        The rows after the first `real_rows` are padding (rounds)."""
         guard = RewardGuard(self.reward_func_names)
         gather_locally = local_reward_gather(self.ada_collectives.num_processes) if local else nullcontext()
         user_metrics: defaultdict[str, list[float]] = defaultdict(list)
@@ -282,10 +292,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             rewards = super()._calculate_rewards(rows, prompts, completions, completion_ids)
         self._ada_reward_seconds += time.perf_counter() - started
         # GRPOTrainer logs the mean of a reward function's `log_metric` values, one value per call. A step scores in
-        # many calls of different sizes (rounds, streamed batches), so each value counts once per completion its call
-        # scored: GRPOTrainer's flush (sum over count, across processes) then weights it by completions scored.
+        # many calls of different sizes (rounds, streamed batches), so each value counts once per real completion its
+        # call scored (padding rows, which a process with less to do scores in rounds, not at all): GRPOTrainer's
+        # flush (sum over count, across processes) then weights it by the real completions scored.
         for name, values in user_metrics.items():
-            self._pending_metrics[name].extend(value for value in values for _ in completions)
+            if real_rows:
+                self._pending_metrics[name].extend(value for value in values for _ in range(real_rows))
         failure, step = guard.failure, self.state.global_step + 1
         message = reward_failure_message(failure, prompts, completions, prompt_indices, step)
         raising = Collectives() if local else self.ada_collectives  # streaming: raise on this process alone
