@@ -231,8 +231,8 @@ class ReinforceAdaConfig(GRPOConfig):
         default="pool",
         metadata={
             "help": "Where the advantage mean (and std) come from: every completion drawn for the prompt ('pool'), "
-            "the kept num_generations ('group'), or the pass-rate memory of earlier steps ('memory': binary rewards, "
-            "scale_rewards 'none' or 'batch').",
+            "the kept num_generations ('group'), or the pass-rate memory of earlier steps ('memory': one 0/1 reward, "
+            "scale_rewards 'none' or 'batch', no pilot).",
             "choices": list(BASELINES),
         },
     )
