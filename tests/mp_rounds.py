@@ -1,7 +1,8 @@
 """Run by test_multiprocess.py under `accelerate launch --num_processes 2 --cpu`.
 
 Rank 0's prompts are always right (resolved in round 1 under the positive rule), rank 1's never (4 rounds): both
-ranks must still make the same generation calls with the same number of rows, and log the same global metrics.
+ranks must still make the same generation calls with the same number of rows, and log the same global metrics. The
+reward logs its call's mean with `log_metric`, padding rows included.
 """
 
 import json
@@ -31,8 +32,10 @@ def recording_generate(self, prompts):
 GRPOTrainer._generate = recording_generate
 
 
-def rank_reward(completions, **kwargs):
-    return [1.0 if rank == 0 else 0.0] * len(completions)
+def rank_reward(completions, log_metric, **kwargs):
+    rewards = [1.0 if rank == 0 else 0.0] * len(completions)
+    log_metric("right", sum(rewards) / len(rewards))  # this call's mean, padding rows included, as a user would log it
+    return rewards
 
 
 args = cpu_config(
@@ -54,7 +57,8 @@ trainer = ReinforceAdaTrainer(
 trainer.train()
 logs = [{k: v for k, v in row.items() if k.startswith("ada/")} for row in trainer.state.log_history]
 logs = [row for row in logs if row]
+right = [row["right"] for row in trainer.state.log_history if "right" in row]
 with open(f"{out_dir}/rank{rank}.json", "w") as f:
-    json.dump({"rows_per_call": rows_per_call, "logs": logs}, f)
+    json.dump({"rows_per_call": rows_per_call, "logs": logs, "right": right}, f)
 
 shut_down()

@@ -98,6 +98,58 @@ def test_config_refuses_a_group_std_and_normalize_then_sum(tmp_path):
         ReinforceAdaConfig(**common, scale_rewards="none", multi_objective_aggregation="normalize_then_sum")
 
 
+def test_config_refuses_a_weight_from_this_steps_pool_and_accepts_one_fixed_before_it(tmp_path):
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", advantage_baseline="memory")
+    for weighting in ("inv_sqrt_p", "inv_p"):
+        with pytest.raises(ValueError, match=rf"difficulty_weighting='{weighting}'.*pool's pass rate this step"):
+            ReinforceAdaConfig(**common, difficulty_weighting=weighting)
+        ReinforceAdaConfig(**(common | {"advantage_baseline": "pool"}), difficulty_weighting=weighting)  # accepted
+    ReinforceAdaConfig(**common, difficulty_weighting="odc", downsample="uniform")  # 1/p_hat: fixed before the step
+    ReinforceAdaConfig(**common, difficulty_weighting="none")
+
+
+def test_config_refuses_the_pilot(tmp_path):
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", pilot_size=2)
+    with pytest.raises(ValueError, match=r"pilot_size.*advantage_baseline='memory'.*bias"):
+        ReinforceAdaConfig(**common, advantage_baseline="memory")
+    ReinforceAdaConfig(**common, advantage_baseline="pool")  # accepted
+    ReinforceAdaConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", advantage_baseline="memory")
+
+
+def pilot_update(theta: float, baseline: float, stopped: str) -> float:
+    """Like `expected_update`, for a group of 4 that draws a pilot of 2 and stops there whenever the pilot agrees
+    (its stop rule holding); `stopped`: "repeat" trains the pilot twice over, "zero" gives it no update."""
+    p = torch.sigmoid(torch.tensor(theta, dtype=torch.float64)).item()
+
+    def term(y: int) -> float:
+        return (y - baseline) * ((1 - p) if y else -p) / 4
+
+    total = 0.0
+    for outcome in itertools.product((0, 1), repeat=4):
+        probability = 1.0
+        for y in outcome:
+            probability *= p if y else 1 - p
+        pilot = outcome[:2]
+        if pilot[0] != pilot[1]:
+            total += probability * sum(term(y) for y in outcome)
+        elif stopped == "repeat":  # the last two draws are never made: summing over them weighs the pilot as before
+            total += probability * 2 * sum(term(y) for y in pilot)
+    return total
+
+
+@pytest.mark.parametrize("theta", [-2.0, 1.5])
+def test_a_stopped_pilot_biases_the_memory_baseline_either_way(theta):
+    """Why the config refuses the pilot with the memory baseline: stopping depends on the pilot's rewards, so neither
+    repeating a stopped pilot nor zeroing it leaves the expected update at d p / d theta."""
+    t = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+    torch.sigmoid(t).backward()
+    gradient = t.grad.item()
+    b = 4 / 6  # counts (3, 4)
+    assert expected_update(theta, 4, b) == pytest.approx(gradient, rel=1e-12)  # no pilot: exact
+    for stopped in ("repeat", "zero"):
+        assert abs(pilot_update(theta, b, stopped) / gradient - 1) > 0.05
+
+
 def test_the_async_worker_does_not_offer_it():
     with pytest.raises(ValueError, match="advantage_baseline='memory' is not one of"):
         AdaRolloutConfig(advantage_baseline="memory").validate(num_generations=4)
@@ -151,3 +203,64 @@ def test_two_steps_subtract_the_memory_of_the_steps_before(toy_cold_dir, tmp_pat
     by_key = sorted((logged_key(prompt), advantage) for prompt, advantage in logged)
     assert [k for k, _ in by_key] == ["a", "a", "b", "b"]
     assert [a for _, a in by_key] == pytest.approx([-0.25, -0.25, -0.75, -0.75])
+
+
+def test_mismatch_is_named_for_several_functions_and_for_totals_other_than_0_and_1():
+    from trl_ada.advantages import memory_baseline_mismatch
+
+    assert memory_baseline_mismatch(1, [0.0, 1.0, float("nan"), 1.0]) is None  # one 0/1 reward (NaN: unscorable)
+    assert memory_baseline_mismatch(1) is None
+    several = memory_baseline_mismatch(2, [0.0, 1.0])
+    assert "2 reward functions" in several and "pass rate" in several and "'pool'" in several
+    assert "0.5, neither 0 nor 1" in memory_baseline_mismatch(1, [1.0, 0.5, 0.0])
+    assert "-1, neither 0 nor 1" in memory_baseline_mismatch(1, [1.0, -1.0])  # a +-1 reward's mean is 2p - 1, not p
+
+
+@pytest.mark.slow
+def test_trainer_warns_for_several_functions_at_once_and_for_other_totals_when_seen(
+    toy_cold_dir, tmp_path, monkeypatch
+):
+    from trl_ada import trainer as trainer_module
+
+    warnings = []
+    monkeypatch.setattr(trainer_module.logger, "warning", warnings.append)
+
+    def right(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def ours(found):
+        return [w for w in warnings if w.startswith(f"advantage_baseline='memory' with {found}")]
+
+    common = dict(num_generations=2, per_device_train_batch_size=4, sampling_strategy="uniform")
+    make_trainer(toy_cold_dir, tmp_path / "pool", [right, right], keyed_dataset("ab"), **common)
+    assert warnings == []  # the pool baseline fits any reward
+    make_trainer(
+        toy_cold_dir, tmp_path / "several", [right, right], keyed_dataset("ab"), **common, advantage_baseline="memory"
+    )
+    assert len(ours("2 reward functions")) == 1 and len(warnings) == 1
+
+    # One function, 0/1 in the first step, then a 0.5 in every later step: warned once, from the step that has it.
+    warnings.clear()
+    calls, warned_at = [], []
+
+    def half_later(completions, **kwargs):
+        calls.append(len(completions))
+        return [0.5 if len(calls) > 1 and i == 0 else float(i % 2) for i in range(len(completions))]
+
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path / "half", half_later, keyed_dataset("ab"), **common, max_steps=3,
+        advantage_baseline="memory",
+    )  # fmt: skip
+    assert warnings == []
+    original = trainer._pool_advantages
+
+    def spy(step):
+        result = original(step)
+        warned_at.append(len(warnings))
+        return result
+
+    trainer._pool_advantages = spy
+    trainer.train()
+    assert len(calls) == 3 and warned_at == [0, 1, 1]
+    (warning,) = warnings
+    assert warning == ours("a weighted total reward of 0.5, neither 0 nor 1")[0]

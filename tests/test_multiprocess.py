@@ -45,8 +45,14 @@ def run_two_processes(script: str, out_dir: Path, *args: object) -> list[dict]:
     return rank_outputs(out_dir)
 
 
-def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
-    ranks = run_two_processes("mp_rounds.py", tmp_path, toy_cold_dir, "fixed")
+@pytest.fixture(scope="module")
+def fixed_rounds(toy_cold_dir, tmp_path_factory) -> list[dict]:
+    """What each rank of `mp_rounds.py` under fixed rounds wrote (one run for the tests that read it)."""
+    return run_two_processes("mp_rounds.py", tmp_path_factory.mktemp("fixed_rounds"), toy_cold_dir, "fixed")
+
+
+def test_two_processes_resolving_at_different_rounds(fixed_rounds):
+    ranks = fixed_rounds
 
     # 2 steps x 4 rounds, each call with 2 prompts x 8 samples: rank 0 (done after round 1) pads to match rank 1.
     assert ranks[0]["rows_per_call"] == ranks[1]["rows_per_call"] == [16] * 8
@@ -59,6 +65,15 @@ def test_two_processes_resolving_at_different_rounds(toy_cold_dir, tmp_path):
             assert log["ada/samples_per_prompt_max"] == 32
             assert log["ada/frac_resolved"] == pytest.approx(0.5)
     assert ranks[0]["logs"] == ranks[1]["logs"]
+
+
+def test_log_metric_counts_each_real_completion_once_and_no_padding_row(fixed_rounds):
+    # Per step, rank 0 scores 16 real completions, all right, in round 1, then pads rounds 2-4 with 16 scored copies
+    # of its first prompt (right too); rank 1 scores 4 rounds of 16 real completions, all wrong. The reward logs its
+    # call's mean: 1.0 on every call of rank 0, 0.0 on rank 1. Over the real completions: 16 right of 16 + 64 = 0.2.
+    # Counting the padding would give (4 x 16 x 1.0) / (8 x 16) = 0.5.
+    for rank in fixed_rounds:
+        assert rank["right"] == pytest.approx([16 / 80] * 2)
 
 
 def test_two_processes_with_posterior_sized_rounds(toy_cold_dir, tmp_path):

@@ -40,7 +40,7 @@ class FakeTrainerSide:
         texts = [f"{prompt}#{ids[1]}" for prompt, ids in zip(prompts, completion_ids, strict=True)]
         return GenerationOutput([[0]] * len(prompts), completion_ids, None, texts, None, {}, None, [])
 
-    def score(self, rows, prompts, completions, completion_ids, prompt_indices) -> torch.Tensor:
+    def score(self, rows, prompts, completions, completion_ids, prompt_indices, real_rows) -> torch.Tensor:
         self.score_calls.append(len(prompts))
         rewards = [self.rewards_by_prompt[p][ids[1]] for p, ids in zip(prompts, completion_ids, strict=True)]
         return torch.tensor(rewards).unsqueeze(1)

@@ -8,6 +8,7 @@ cross-process statistic (`scale_rewards="batch"`, `normalize_then_sum`'s batch s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -146,6 +147,31 @@ def memory_baselines(counts: Sequence[tuple[float, float]]) -> torch.Tensor:
     0 wrong, with `positive_threshold` between); for other rewards it stays unbiased but reduces variance less.
     """
     return torch.tensor([(1.0 + n_pos) / (2.0 + n_total) for n_pos, n_total in counts], dtype=torch.float64)
+
+
+def memory_baseline_mismatch(num_reward_funcs: int = 1, totals: Sequence[float] = ()) -> str | None:
+    """Why `memory_baselines` does not fit these rewards, or None when it does: one reward function whose weighted
+    totals (`totals`, NaN for an unscorable completion) are 0 or 1.
+
+    The baseline is a pass rate, which is the expected reward, and what is said of it (the expected update is the
+    gradient of E[p]; an agreeing group on a prompt at `b` gets `1 - b` or `-b`) holds, only for one 0/1 reward. With
+    several reward functions, or other totals, it is still fixed before the step's samples, so the update ascends the
+    expected weighted total without bias; but it is on another scale than that total, so it need not centre the
+    rewards, and the advantages can carry an offset (more variance than a baseline that matches them)."""
+    if num_reward_funcs > 1:
+        found = f"{num_reward_funcs} reward functions"
+    else:
+        other = next((t for t in totals if not math.isnan(t) and t not in (0.0, 1.0)), None)
+        if other is None:
+            return None
+        found = f"a weighted total reward of {other:g}, neither 0 nor 1"
+    return (
+        f"advantage_baseline='memory' with {found}: the baseline is a pass rate from earlier steps (the share of "
+        "completions above positive_threshold), the expected reward only for one 0/1 reward. The update still "
+        "ascends the expected weighted total without bias (the baseline is fixed before the step's samples), but "
+        "not the pass rate its documentation speaks of, and a baseline on another scale than the rewards need not "
+        "centre them (more variance). Use advantage_baseline='pool' (or 'group') for these rewards."
+    )
 
 
 def advantage_options(config: Any) -> dict[str, Any]:

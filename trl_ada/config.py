@@ -79,7 +79,8 @@ class ReinforceAdaConfig(GRPOConfig):
             uniform prior, whatever `pass_rate_alpha`/`pass_rate_beta`), so a group whose rewards all agree still
             trains and no sample is part of its own baseline; meant for prompts that recur (several epochs), level
             with GRPO n=4 per token on the reasoning toy task (`benchmarks/README.md#the-reasoning-task`). Meant
-            for binary rewards; needs `scale_rewards` `"none"` or `"batch"` and no `normalize_then_sum`.
+            for one binary (0/1) reward, with a warning otherwise; needs `scale_rewards` `"none"` or `"batch"`, no
+            `normalize_then_sum`, no `pilot_size`, and `difficulty_weighting` `"none"` or `"odc"`.
         difficulty_weighting (`str`, *optional*, defaults to `"none"`):
             Multiply each prompt's advantages by `1/sqrt(p)` (`"inv_sqrt_p"`) or `1/p` (`"inv_p"`), `p` being the
             pool pass rate, to weight hard prompts up; or by `1/p_hat` (`"odc"`, Oversample-Downsample-Correct),
@@ -161,7 +162,7 @@ class ReinforceAdaConfig(GRPOConfig):
             (`trl_ada.selection.pilot_stop_rule`). A stopped prompt costs `pilot_size` completions instead of a
             group, and trains on its pilot's completions with zero advantage, as an all-equal group would. Every
             prompt is sampled at every visit, so one that starts to change shows it. `0`: no pilot. Must be below
-            `num_generations`; not with `sampling_strategy="estimate"`.
+            `num_generations`; not with `sampling_strategy="estimate"` or `advantage_baseline="memory"`.
         pilot_stop_threshold (`float`, *optional*, defaults to `0.8`):
             How sure the pilot's stop rule must be that the rest of the group would carry no signal.
 
@@ -230,8 +231,8 @@ class ReinforceAdaConfig(GRPOConfig):
         default="pool",
         metadata={
             "help": "Where the advantage mean (and std) come from: every completion drawn for the prompt ('pool'), "
-            "the kept num_generations ('group'), or the pass-rate memory of earlier steps ('memory': binary rewards, "
-            "scale_rewards 'none' or 'batch').",
+            "the kept num_generations ('group'), or the pass-rate memory of earlier steps ('memory': one 0/1 reward, "
+            "scale_rewards 'none' or 'batch', no pilot).",
             "choices": list(BASELINES),
         },
     )
@@ -531,7 +532,8 @@ def _check_odc_downsample(config: ReinforceAdaConfig) -> None:
 
 
 def _check_memory_baseline(config: ReinforceAdaConfig) -> None:
-    """The memory baseline is a pass rate, not a group statistic: there is no group std to divide by."""
+    """The memory baseline is a pass rate, not a group statistic: there is no group std to divide by, and a weight
+    taken from this step's pool pass rate would depend on the rewards it scales. (The pilot: `_check_pilot`.)"""
     if config.advantage_baseline != "memory":
         return
     if config.scale_rewards == "group":
@@ -544,6 +546,13 @@ def _check_memory_baseline(config: ReinforceAdaConfig) -> None:
             "advantage_baseline='memory' subtracts a pass rate from the total reward; "
             "multi_objective_aggregation='normalize_then_sum' standardises each reward function on its own. Use "
             "'sum_then_normalize' or another advantage_baseline."
+        )
+    if config.difficulty_weighting in ("inv_sqrt_p", "inv_p"):
+        raise ValueError(
+            f"advantage_baseline='memory' with difficulty_weighting={config.difficulty_weighting!r}: that weight "
+            "comes from the pool's pass rate this step, a function of the very rewards it multiplies, so the update "
+            "is no longer the unbiased gradient the memory baseline gives. Use difficulty_weighting='odc' (1/p_hat "
+            "from the memory, fixed before the step) or 'none'."
         )
 
 
@@ -637,4 +646,12 @@ def _check_pilot(config: ReinforceAdaConfig) -> None:
         raise ValueError(
             "pilot_size needs a strategy that samples each prompt on its own ('uniform', 'positive' or "
             "'balanced'); sampling_strategy='estimate' splits one step's budget across the batch in advance."
+        )
+    if size and config.advantage_baseline == "memory":
+        raise ValueError(
+            "pilot_size stops a prompt whose pilot agrees, saving a group that would have no signal under a pool or "
+            "group mean; under advantage_baseline='memory' an agreeing group has signal (reward - p_hat), and "
+            "whether a prompt stops depends on its pilot's own rewards, so training the stopped pilot (repeated to "
+            "num_generations) or zeroing it would both bias the update. Use pilot_size=0 with the memory baseline, "
+            "or advantage_baseline='pool'."
         )

@@ -75,7 +75,7 @@ class Collectives:
 # Signatures of the StepIO callables (prompts are strings or conversations; rows are dataset rows).
 PrepareFn = Callable[[list, list[dict[str, Any]]], list]
 GenerateFn = Callable[[list, int], "GenerationOutput"]
-ScoreFn = Callable[[list[dict[str, Any]], list, list, list[list[int]], Sequence[int]], torch.Tensor]
+ScoreFn = Callable[[list[dict[str, Any]], list, list, list[list[int]], Sequence[int], int], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,11 @@ class StepIO:
             instances) set for exactly these rollouts.
         generate(prompts, run_length): GRPOTrainer's `_generate` (collective: every process calls it with as many
             rows), copies of a prompt standing in runs of `run_length`.
-        score(rows, prompts, completions, completion_ids, prompt_indices): this process's rewards, (rows, reward
-            functions), NaN where a function returned None; collective, and a failing reward function raises
-            `RewardFunctionError` on every process. `prompt_indices` name each row's prompt in messages.
+        score(rows, prompts, completions, completion_ids, prompt_indices, real_rows): this process's rewards, (rows,
+            reward functions), NaN where a function returned None; collective, and a failing reward function raises
+            `RewardFunctionError` on every process. `prompt_indices` name each row's prompt in messages; the rows
+            after the first `real_rows` are padding (scored so every process makes the same calls), which what a
+            reward function logs with `log_metric` must not count.
         score_local(...): the same with no collective call (streaming), raising on this process only.
         tokenize(prompts): `(prompt_ids, images)` as GRPOTrainer tokenizes them.
         decode(prompts, prompt_ids, completion_ids): completions as reward functions receive them.

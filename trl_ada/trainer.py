@@ -17,7 +17,7 @@ from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import advantage_options, pool_advantages
+from .advantages import advantage_options, memory_baseline_mismatch, pool_advantages, total_reward
 from .allocation import allocate_step
 from .backends.rounds import Rollouts, sample_in_rounds
 from .backends.streaming import Streamed, sample_streaming
@@ -129,6 +129,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             raise ConnectionError(message) from error
         if args.rollout_schedule == "streaming" and self.is_deepspeed_enabled:
             check_streaming_reward_models(self.accelerator.state.deepspeed_plugin.zero_stage, self.reward_funcs)
+        # The memory baseline fits one 0/1 reward: several functions are known now, other totals once they are seen.
+        self._ada_baseline_mismatch = None
+        if args.advantage_baseline == "memory":
+            self._ada_baseline_mismatch = memory_baseline_mismatch(len(self.reward_funcs))
+            if self._ada_baseline_mismatch is not None and self.accelerator.is_main_process:
+                logger.warning(self._ada_baseline_mismatch)
         self.ada_schedule = args.schedule()
         self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
         schedule = self.ada_schedule
@@ -261,9 +267,19 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return replay
         return super()._generate_single_turn(*args, **kwargs)
 
-    def _score(self, rows, prompts, completions, completion_ids, prompt_indices: Sequence[int], local: bool = False):
+    def _score(
+        self,
+        rows,
+        prompts,
+        completions,
+        completion_ids,
+        prompt_indices: Sequence[int],
+        real_rows: int,
+        local: bool = False,
+    ):
         """GRPOTrainer's reward functions, guarded: this process's rewards. `local`: no collective call (streaming),
-        and a failure raises here only; else the rewards are scored collectively and a failure raises everywhere."""
+        and a failure raises here only; else the rewards are scored collectively and a failure raises everywhere.
+        The rows after the first `real_rows` are padding (rounds)."""
         guard = RewardGuard(self.reward_func_names)
         gather_locally = local_reward_gather(self.ada_collectives.num_processes) if local else nullcontext()
         user_metrics: defaultdict[str, list[float]] = defaultdict(list)
@@ -276,10 +292,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             rewards = super()._calculate_rewards(rows, prompts, completions, completion_ids)
         self._ada_reward_seconds += time.perf_counter() - started
         # GRPOTrainer logs the mean of a reward function's `log_metric` values, one value per call. A step scores in
-        # many calls of different sizes (rounds, streamed batches), so each value counts once per completion its call
-        # scored: GRPOTrainer's flush (sum over count, across processes) then weights it by completions scored.
+        # many calls of different sizes (rounds, streamed batches), so each value counts once per real completion its
+        # call scored (padding rows, which a process with less to do scores in rounds, not at all): GRPOTrainer's
+        # flush (sum over count, across processes) then weights it by the real completions scored.
         for name, values in user_metrics.items():
-            self._pending_metrics[name].extend(value for value in values for _ in completions)
+            if real_rows:
+                self._pending_metrics[name].extend(value for value in values for _ in range(real_rows))
         failure, step = guard.failure, self.state.global_step + 1
         message = reward_failure_message(failure, prompts, completions, prompt_indices, step)
         raising = Collectives() if local else self.ada_collectives  # streaming: raise on this process alone
@@ -441,6 +459,11 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def _pool_advantages(self, step: _AdaStep) -> tuple[torch.Tensor, torch.Tensor]:
         args, device, pools = self.args, self.accelerator.device, step.result.kept_pools
+        if args.advantage_baseline == "memory" and self._ada_baseline_mismatch is None:  # warn once, where seen
+            totals = total_reward(step.kept_rewards_per_func, self.reward_weights).tolist()
+            self._ada_baseline_mismatch = memory_baseline_mismatch(totals=totals)
+            if self._ada_baseline_mismatch is not None:
+                logger.warning(self._ada_baseline_mismatch)
         advantages, weights = pool_advantages(
             step.kept_rewards_per_func,
             self.reward_weights,

@@ -29,7 +29,8 @@ def sample_in_rounds(
     pilot: Pilot | None = None,
 ) -> tuple[SamplingResult, Rollouts]:
     """The batch's rounds: each round is one `io.generate` and one `io.score` on every process, with the same number
-    of rows everywhere (a process with less to do pads with copies of its first prompt, scored and dropped).
+    of rows everywhere (a process with less to do pads with copies of its first prompt, scored and dropped; `io.score`
+    is told how many rows are real, so what reward functions log counts those only).
     `sizes` replaces the first round (Reinforce-Ada-Est). `refill` appends a replacement to `prompts` and `inputs`
     and returns its index; `pilot` makes every prompt draw a pilot first (see `engine.sample`)."""
     rollouts = Rollouts(io.reward_weights)
@@ -43,7 +44,8 @@ def sample_in_rounds(
         output = io.generate(round_prompts, run)
         io.check_context(output.prompt_ids, round_prompts)
         round_inputs = merge_extra_fields([inputs[i] for i in rows_padded], output.extra_fields)
-        rewards = io.score(round_inputs, round_prompts, output.completions, output.completion_ids, rows_padded)
+        completions, completion_ids = output.completions, output.completion_ids
+        rewards = io.score(round_inputs, round_prompts, completions, completion_ids, rows_padded, len(rows))
         return rollouts.add(output, rewards, io.pop_extra_logs(len(rows_padded)), keep=len(rows))
 
     def score(requests: list[Request], handles: list[int]) -> list[float]:

@@ -82,7 +82,8 @@ class Streamed:
         prompts = [self.prompts[i] for i in rows]
         completion_ids = [c.completion_ids for c in completions]
         texts = self.io.decode(prompts, [self.prompt_ids[i] for i in rows], completion_ids)
-        rewards = self.io.score_local([self.inputs[i] for i in rows], prompts, texts, completion_ids, rows).cpu()
+        row_inputs = [self.inputs[i] for i in rows]
+        rewards = self.io.score_local(row_inputs, prompts, texts, completion_ids, rows, len(rows)).cpu()
         for handle, per_func in zip(handles, rewards, strict=True):
             self.rewards[handle] = per_func
         for key, values in self.io.pop_extra_logs(len(handles)).items():
