@@ -30,6 +30,9 @@ class ToyTask:
     shipped_dir: pathlib.Path
     train_rows: Callable[[int, int], datasets.Dataset]
     heldout: Callable[[int], datasets.Dataset]
+    # What the learning benchmark measures of a start model beyond `sample_properties`: (model, tokenizer, prompts)
+    # -> a dict, for a task built as an instrument (the "rules" tasks); None for the others.
+    instrument: Callable[..., dict] | None = None
 
 
 # Task name -> "module:function": the module of this package that defines the task, and its function returning the
@@ -37,6 +40,8 @@ class ToyTask:
 TASK_FACTORIES: dict[str, str] = {
     "arithmetic": "arithmetic:arithmetic_task",
     "reasoning": "reasoning:reasoning_task",
+    "rules": "rules:rules_task",
+    "rules-epochs": "rules:rules_epochs_task",
 }
 TASKS = tuple(TASK_FACTORIES)
 

@@ -42,6 +42,10 @@ class WarmupRecipe:
     "prompt -> completion<|im_end|>". Every ``check_every`` steps it samples ``check_samples`` completions per prompt
     of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the first check whose mean
     reward is >= ``target_accuracy``, or at ``max_steps``.
+
+    ``stop_check(model, tokenizer)``, when given, replaces that check: it measures what it needs and returns a dict
+    with ``stop`` (whether to stop now), ``accuracy`` (the number logged and returned as ``check_accuracy``) and any
+    other measurements, which are kept in the returned ``checks``.
     """
 
     examples: Callable[[int], Iterator[tuple[str, str]]]
@@ -55,6 +59,7 @@ class WarmupRecipe:
     batch_size: int = _WARMUP_BATCH_SIZE
     lr: float = _WARMUP_LR
     max_grad_norm: float = _WARMUP_MAX_GRAD_NORM
+    stop_check: Callable[[transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase], dict] | None = None
 
 
 def supervised_warmup(
@@ -82,8 +87,8 @@ def supervised_warmup(
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
     model.train()
-    start, step, accuracy, loss_value = time.perf_counter(), 0, 0.0, math.nan
-    checks: list[tuple[int, float]] = []
+    start, step, accuracy, loss_value, stopped = time.perf_counter(), 0, 0.0, math.nan, False
+    checks: list[dict] = []
     while step < recipe.max_steps:
         batch = [next(stream) for _ in range(recipe.batch_size)]
         examples = [encode(expression, completion) for expression, completion in batch]
@@ -104,25 +109,38 @@ def supervised_warmup(
         step, loss_value = step + 1, loss.item()
 
         if step % recipe.check_every == 0:
-            accuracy = sampled_accuracy(
-                model,
-                tokenizer,
-                check_set,
-                num_samples=recipe.check_samples,
-                max_new_tokens=recipe.max_new_tokens,
-                seed=0,
-                reward=recipe.reward,
-            )
-            checks.append((step, accuracy))
+            if recipe.stop_check is None:
+                accuracy = sampled_accuracy(
+                    model,
+                    tokenizer,
+                    check_set,
+                    num_samples=recipe.check_samples,
+                    max_new_tokens=recipe.max_new_tokens,
+                    seed=0,
+                    reward=recipe.reward,
+                )
+                check = {"step": step, "accuracy": accuracy}
+                stopped = accuracy >= recipe.target_accuracy
+            else:
+                measured = recipe.stop_check(model, tokenizer)
+                model.train()
+                stopped, accuracy = bool(measured.pop("stop")), measured["accuracy"]
+                check = {"step": step, **measured}
+            checks.append(check)
             elapsed = time.perf_counter() - start
-            _log(f"warm-up step {step:4d} loss {loss_value:.4f} held-out sampled acc {accuracy:.3f} ({elapsed:.0f}s)")
-            if accuracy >= recipe.target_accuracy:
+            details = "".join(f" {k} {v:.3f}" for k, v in check.items() if k not in ("step", "accuracy"))
+            _log(
+                f"warm-up step {step:4d} loss {loss_value:.4f} held-out sampled acc {accuracy:.3f}{details} "
+                f"({elapsed:.0f}s)"
+            )
+            if stopped:
                 break
-    capped = accuracy < recipe.target_accuracy
+    capped = not stopped
     if capped:
+        rule = f"< {recipe.target_accuracy}" if recipe.stop_check is None else "its stop rule not met"
         warnings.warn(
             f"toy warm-up hit the {recipe.max_steps}-step cap at held-out accuracy {accuracy:.3f} "
-            f"(< {recipe.target_accuracy}); saving it anyway",
+            f"({rule}); saving it anyway",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -133,5 +151,5 @@ def supervised_warmup(
         "check_accuracy": accuracy,
         "seconds": round(time.perf_counter() - start, 2),
         "hit_step_cap": capped,
-        "checks": [{"step": check_step, "accuracy": check_accuracy} for check_step, check_accuracy in checks],
+        "checks": checks,
     }
