@@ -73,6 +73,7 @@ from learning_stats import (
 from machine import describe, machine_info
 
 from trl_ada.heldout import PASS_AT_K
+from trl_ada.toy.registry import TASKS
 
 
 def _method(label: str, group: int, strategy: str | None = None, **options: Any) -> Any:
@@ -186,6 +187,47 @@ CATALOG |= {
         1,
     ),
 }
+# The paper's claims, each in its own frame (benchmarks/README.md, "The paper's claims, one by one").
+# Reinforce-Ada-Est: one generation call per step, each prompt's budget from its pass-rate memory in proportion to
+# 1/sqrt(p) (8 per prompt on average, between 4 and 32), advantages weighted by 1/sqrt(p) of the pool (the paper's
+# hybrid). The paper pairs it with GRPO n=8. Its ablations: weighting off, and budgets in proportion to 1/p (the
+# authors' code). The Seq strategies with the same 1/sqrt(p) weighting are the weighting ablation of Seq.
+EST = {"samples_per_prompt_mean": 8, "difficulty_weighting": "inv_sqrt_p"}
+WEIGHT = {"difficulty_weighting": "inv_sqrt_p"}
+CATALOG |= {
+    "ada-est": (_method("Ada-Est, 8/prompt, 1/sqrt(p) budgets and weights", 4, "estimate", **EST), 2),
+    "ada-est-noweight": (
+        _method("Ada-Est, 8/prompt, no weights", 4, "estimate", **{**EST, "difficulty_weighting": "none"}),
+        2,
+    ),
+    "ada-est-invp": (
+        _method("Ada-Est, 8/prompt, 1/p budgets", 4, "estimate", **EST, allocation_rule="inv_p"),
+        2,
+    ),
+    "ada-positive-weight": (_method("Ada-positive 8x4, 1/sqrt(p) weights", 4, "positive", **WEIGHT), 2),
+    "ada-balanced-weight": (_method("Ada-balanced 8x4, 1/sqrt(p) weights", 4, "balanced", **WEIGHT), 3),
+    "grpo-6": (_method("GRPO n=6", 6), 1.5),
+    "grpo-10": (_method("GRPO n=10", 10), 2.5),
+    "grpo-12": (_method("GRPO n=12", 12), 3),
+}
+# Methods that generate at least twice GRPO n=4's tokens a step train its steps, not MATCH_TOKENS times as many: they
+# pass its token budget on the way, so one run serves both frames (equal tokens and equal steps).
+EQUAL_STEPS = {
+    "grpo-6",
+    "grpo-8",
+    "grpo-10",
+    "grpo-12",
+    "grpo-16",
+    "ada-positive",
+    "ada-balanced",
+    "ada-positive-weight",
+    "ada-balanced-weight",
+    "ada-positive-stream",
+    "ada-balanced-stream",
+    "ada-est",
+    "ada-est-noweight",
+    "ada-est-invp",
+}
 # Methods whose steps hold another number of prompts: key -> a multiple of --prompts-per-step. Their steps (and
 # evaluation interval) scale so that a run generates as many completions as the others'.
 PROMPTS_FACTOR = {
@@ -209,18 +251,21 @@ CATALOG["recommended"] = (
 METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
+# The rules tasks are measured with 32 samples per held-out prompt (pass@32, and a quarter of the evaluation's own
+# sampling variance of 8), over longer runs: GRPO n=4 is still improving where they end (benchmarks/README.md).
+TASK_FULL = {task: {"steps": 300, "eval_every": 30, "heldout_samples": 32} for task in ("rules", "rules-epochs")}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # GRPO n=4 at 2e-4 on the reasoning task (its first version's seed-0 model) dropped 11 points in its first 40 steps
 # and ended 1 point up; at 1e-4 it rises steadily: +13 points in 200 steps over ten seeds
 # (benchmarks/README.md#the-reasoning-task). On today's model 2e-4 is unstable again, 1.25e-4 is worse and 1.5e-4
 # splits its seeds (the grpo-4-lr* methods; benchmarks/README.md, "Larger learning rates").
-LEARNING_RATE = {"arithmetic": 2e-4, "reasoning": 1e-4}
+LEARNING_RATE = {"arithmetic": 2e-4, "reasoning": 1e-4, "rules": 1e-4, "rules-epochs": 1e-4}
 # Token-matched comparison: every method but the baseline trains up to MATCH_TOKENS x the baseline's steps, and every
 # curve is read up to the tokens the baseline generated (its final accuracy is the accuracy at that budget). A method
 # that spends fewer tokens per step gets those tokens' worth of extra steps, as at "the same inference budget"; with
 # equal step counts a cheaper method could only reach the target at its last checkpoint. None: equal steps, each
 # curve read to its end (the arithmetic task's published numbers).
-MATCH_TOKENS = {"arithmetic": None, "reasoning": 1.4}
+MATCH_TOKENS = {"arithmetic": None, "reasoning": 1.4, "rules": 1.4, "rules-epochs": 1.4}
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
@@ -596,9 +641,9 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
 
 def method_steps(settings: dict[str, Any], key: str) -> int:
     """Optimizer steps for a method's runs: ``steps``, or, token-matched, ``match_tokens`` times as many for every
-    method but the baseline, rounded up to whole evaluation intervals."""
+    method but the baseline and those in `EQUAL_STEPS`, rounded up to whole evaluation intervals."""
     factor = settings.get("match_tokens")
-    if not factor or key == BASELINE:
+    if not factor or key == BASELINE or key in EQUAL_STEPS:
         return settings["steps"]
     return math.ceil(settings["steps"] * factor / settings["eval_every"]) * settings["eval_every"]
 
@@ -617,9 +662,17 @@ def method_shape(settings: dict[str, Any], key: str) -> tuple[int, int, int]:
     return steps * int(scale), int(wide), every * int(scale)
 
 
+# A task built as an instrument (`ToyTask.instrument`) is measured on at most this many of its distinct training
+# prompts, 64 samples each: enough for a pass rate in (0.01, 0.1] to be told from 0 and from 0.2.
+INSTRUMENT_PROMPTS = 512
+INSTRUMENT_SAMPLES = 64
+
+
 def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) -> dict[str, Any]:
     """The start model's pass-rate mix and completion lengths on the distinct prompts of ``seed``'s training rows
-    (`trl_ada.toy.sample_properties`), and how many times a run visits each of them."""
+    (`trl_ada.toy.sample_properties`), and how many times a run visits each of them. For a task built as an
+    instrument, both are measured on the first `INSTRUMENT_PROMPTS` distinct prompts, and the task's own properties
+    (`ToyTask.instrument`: real positives, hard prompts at low pass rates) from `INSTRUMENT_SAMPLES` samples each."""
     from collections import Counter
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -632,17 +685,25 @@ def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) 
     visits = Counter(contents)
     first = {content: index for index, content in reversed(list(enumerate(contents)))}
     distinct = rows.select(sorted(first.values()))
+    measured = distinct
+    if task.instrument is not None and len(distinct) > INSTRUMENT_PROMPTS:
+        measured = distinct.select(range(INSTRUMENT_PROMPTS))
     model = AutoModelForCausalLM.from_pretrained(settings["model_dir"])
     tokenizer = AutoTokenizer.from_pretrained(settings["model_dir"])
     with toy_threads():
         properties = sample_properties(
-            model, tokenizer, distinct, task.reward, task.max_completion_length, num_samples=num_samples
+            model, tokenizer, measured, task.reward, task.max_completion_length, num_samples=num_samples
         )
+        instrument = {}
+        if task.instrument is not None:
+            instrument = task.instrument(model, tokenizer, measured, num_samples=INSTRUMENT_SAMPLES)
     return {
         "task": settings["task"],
-        "measured_on": f"the {len(distinct)} distinct prompts of seed {seed}'s {len(rows)} training rows",
+        "measured_on": f"the {len(measured)} first distinct prompts of seed {seed}'s {len(rows)} training rows",
         **properties,
-        "contents": [prompt[-1]["content"] for prompt in distinct["prompt"]],  # for the oracle subsets, then dropped
+        **instrument,
+        "contents": [prompt[-1]["content"] for prompt in measured["prompt"]],  # for the oracle subsets, then dropped
+        "distinct_prompts": len(distinct),
         "visits_per_prompt": len(rows) / len(distinct),
         "visits_per_prompt_min": min(visits.values()),
         "visits_per_prompt_max": max(visits.values()),
@@ -683,6 +744,23 @@ def testbed_line(testbed: dict[str, Any]) -> str:
         f"{testbed['len_p90_over_p10']:.2f}, truncated {testbed['frac_truncated']:.3f}; prompts whose samples all "
         f"agree hold {testbed.get('frac_tokens_prompts_always_agree', float('nan')):.2f} of the tokens; "
         f"{testbed['visits_per_prompt']:.2f} visits per prompt (min {testbed['visits_per_prompt_min']})"
+        + (instrument_line(testbed) if "frac_hard_low_p" in testbed else "")
+    )
+
+
+def instrument_line(testbed: dict[str, Any]) -> str:
+    """The instrument's properties (`trl_ada.toy.rules.instrument_properties`) in one clause."""
+    flawed = testbed["flawed_rewarded_share_low_p"]
+    rules = ", ".join(
+        f"{rule} {cell['correct_chain_accuracy']:.2f}/{cell['median_correct_p']:.3f}/{cell['frac_zero']:.2f}"
+        for rule, cell in testbed["by_rule"].items()
+    )
+    return (
+        f"; from {testbed['instrument_samples_per_prompt']} samples a prompt: flawed share of rewarded samples at "
+        f"p <= 0.1 {'-' if flawed is None else f'{flawed:.3f}'} (of {testbed['rewarded_low_p']}), hard prompts at a "
+        f"correct-chain p in (0.01, 0.1] {testbed['frac_hard_low_p']:.2f} of all (hard {testbed['frac_hard']:.2f}, "
+        f"hard at 0 {testbed['frac_hard_zero']:.2f}); {testbed['distinct_prompts']} distinct prompts; per rule, "
+        f"correct-chain accuracy/median p/share at 0: {rules}"
     )
 
 
@@ -762,7 +840,8 @@ COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"a few minutes: {QUICK}")
-    parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "reasoning"], help="the toy task")
+    parser.add_argument("--task", default="arithmetic", choices=TASKS, help="the toy task (--list-tasks)")
+    parser.add_argument("--list-tasks", action="store_true", help="print the toy tasks, one a line, and exit")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument(
         "--methods",
@@ -834,11 +913,14 @@ def _command(argv: list[str] | None) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.list_tasks:
+        print("\n".join(TASKS))
+        return {"tasks": list(TASKS)}
     if args.combine:
         return combine_main(args, argv)
     if BASELINE not in args.methods:
         raise SystemExit(f"--methods must include {BASELINE}: the ratios are relative to it")
-    settings = dict(QUICK if args.quick else FULL)
+    settings = dict(QUICK if args.quick else FULL | TASK_FULL.get(args.task, {}))
     for name in ("steps", "eval_every", "heldout", "heldout_samples"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)

@@ -293,11 +293,19 @@ def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals
     settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.37}
     assert learning_per_token.method_steps(settings, "grpo-4") == 200
     assert learning_per_token.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
+    # At least twice GRPO n=4's tokens a step: they pass its budget within its steps, so they train its steps.
+    for key in ("grpo-8", "grpo-16", "ada-balanced", "ada-est"):
+        assert learning_per_token.method_steps(settings, key) == 200
     assert learning_per_token.method_steps({**settings, "match_tokens": None}, "recommended") == 200
     with pytest.raises(SystemExit, match="at least 1"):
         learning_per_token.main(["--match-tokens", "0.5"])
     with pytest.raises(SystemExit, match="give one"):
         learning_per_token.main(["--model-dir", "somewhere", "--warm-seed", "1", "--output-dir", str(tmp_path)])
+
+
+def test_list_tasks_prints_one_task_a_line(capsys):
+    assert learning_per_token.main(["--list-tasks"]) == {"tasks": ["arithmetic", "reasoning", "rules", "rules-epochs"]}
+    assert capsys.readouterr().out == "arithmetic\nreasoning\nrules\nrules-epochs\n"
 
 
 def test_method_shape_keeps_completions_per_run_and_evaluation_points():

@@ -476,7 +476,7 @@ def instrument_properties(
             "frac_band": sum(in_band[i] for i in members) / len(members),
         }
     return {
-        "samples_per_prompt": num_samples,
+        "instrument_samples_per_prompt": num_samples,
         "flawed_rewarded_share_low_p": flawed_low / rewarded_low if rewarded_low else None,
         "rewarded_low_p": rewarded_low,
         "frac_hard_low_p": sum(h and b for h, b in zip(hard, in_band, strict=True)) / prompts,
