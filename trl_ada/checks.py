@@ -14,7 +14,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -357,10 +357,18 @@ def _name(func: Any) -> str:
 
 @dataclass
 class SignalWatch:
-    """Warns once, `after` generation batches into training, when no completion has yet scored above
-    `positive_threshold` although the exit rule needs positives (a reward that never exceeds the threshold, e.g. a
-    0/0.5 reward under the default 0.7, makes every prompt spend its whole budget), and once when no prompt has yet
-    resolved. Fed each generation batch's totals over every process; returns the warnings to emit."""
+    """Warns when training has nothing to learn from, `after` generation batches into training and again after
+    `2 * after`, `4 * after`, ... batches (3, 6, 12, 24, ...) while it lasts. Three cases, the first that applies:
+
+    - no completion has earned any reward (every reward so far 0, negative or unscorable), under any strategy: the
+      prompt format, the chat template or the reward function is wrong far more often than the threshold;
+    - no completion has scored above `positive_threshold` although the exit rule needs positives (a 0/0.5 reward under
+      the default 0.7 makes every prompt spend its whole budget);
+    - no prompt has resolved although positives were seen.
+
+    Fed each generation batch's totals over every process; returns the warnings to emit. The metrics
+    `ada/frac_batches_no_reward` and `ada/frac_batches_no_positive` (`trl_ada.metrics.signal_metrics`) show the same
+    per batch."""
 
     exit_rule: ExitRule
     positive_threshold: float
@@ -369,43 +377,44 @@ class SignalWatch:
     batches: int = 0
     highest_reward: float = -math.inf
     resolved: int = 0
-    warned: set[str] = field(default_factory=set)
 
     def update(self, highest_reward: float, resolved: int) -> list[str]:
         """Count one generation batch: the highest reward scored in it (-inf when none) and prompts resolved."""
         self.batches += 1
         self.highest_reward = max(self.highest_reward, highest_reward)
         self.resolved += resolved
-        if self.batches < self.after:
+        rounds = self.batches // self.after
+        if self.batches % self.after or rounds & (rounds - 1):  # due at after x 1, 2, 4, 8, ... batches
             return []
-        warnings = []
         seen = f"{self.batches} generation batches"
-        if self.exit_rule.min_positives > 0 and self.highest_reward <= self.positive_threshold:
+        again = (
+            f"Warned after {self.after}, {2 * self.after}, {4 * self.after}, ... generation batches while it lasts "
+            f"(next: after {2 * self.batches})."
+        )
+        budget = f"every prompt draws its whole budget of {self.budget} completions"
+        if self.highest_reward <= 0:
             highest = "no reward scored" if self.highest_reward == -math.inf else f"{self.highest_reward:g}"
-            warnings.append(
-                self._once(
-                    "threshold",
-                    f"No completion has scored above positive_threshold={self.positive_threshold:g} in {seen} "
-                    f"(highest reward: {highest}), so no prompt can meet its exit rule and every prompt draws its "
-                    f"whole budget of {self.budget} completions. A completion is positive when its total reward is "
-                    "strictly greater than positive_threshold: set it below your reward's success value.",
-                )
-            )
-        elif self.resolved == 0 and self.exit_rule.min_positives + self.exit_rule.min_negatives > 0:
-            warnings.append(
-                self._once(
-                    "resolved",
-                    f"No prompt has met its exit rule in {seen} (ada/frac_resolved is 0): every prompt draws its "
-                    f"whole budget of {self.budget} completions. The rule needs {self.exit_rule.min_positives} "
-                    f"completion(s) above positive_threshold={self.positive_threshold:g} and "
-                    f"{self.exit_rule.min_negatives} at or below it; check the threshold against your rewards, or "
-                    "use sampling_strategy='positive' on a task where wrong answers are rare.",
-                )
-            )
-        return [warning for warning in warnings if warning]
-
-    def _once(self, key: str, message: str) -> str:
-        if key in self.warned:
-            return ""
-        self.warned.add(key)
-        return message
+            return [
+                f"No completion has earned any reward in {seen} (highest reward: {highest}), so there is nothing to "
+                "learn from (ada/frac_batches_no_reward is 1). Lowering positive_threshold will not help. Check, in "
+                "this order: the prompt format, conversational ([{'role': 'user', 'content': ...}]) or a plain "
+                "string, against what the model expects (a chat model, like trl-ada's toy model, answers only "
+                "through its chat template: given the plain string '47-8' it returns empty completions); the "
+                "tokenizer's chat template; and the reward function, called by hand on a few completions with the "
+                f"dataset's columns. {again}"
+            ]
+        if self.exit_rule.min_positives > 0 and self.highest_reward <= self.positive_threshold:
+            return [
+                f"No completion has scored above positive_threshold={self.positive_threshold:g} in {seen} "
+                f"(highest reward: {self.highest_reward:g}), so no prompt can meet its exit rule and {budget} "
+                "(ada/frac_batches_no_positive is 1). A completion is positive when its total reward is strictly "
+                f"greater than positive_threshold: set it below your reward's success value. {again}"
+            ]
+        if self.resolved == 0 and self.exit_rule.min_positives + self.exit_rule.min_negatives > 0:
+            return [
+                f"No prompt has met its exit rule in {seen} (ada/frac_resolved is 0): {budget}. The rule needs "
+                f"{self.exit_rule.min_positives} completion(s) above positive_threshold={self.positive_threshold:g} "
+                f"and {self.exit_rule.min_negatives} at or below it; check the threshold against your rewards, or "
+                f"use sampling_strategy='positive' on a task where wrong answers are rare. {again}"
+            ]
+        return []

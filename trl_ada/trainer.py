@@ -70,6 +70,7 @@ from .metrics import (
     replace_since,
     reward_moments,
     shown_counters,
+    signal_metrics,
     tool_metrics,
 )
 from .prompt_stream import SidePrompts, retarget_rows, save_stream_states
@@ -464,9 +465,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.seconds, step.skipped
         )
         counts = sum(self.ada_collectives.gather_objects([local]), StepCounts())
-        for warning in self._ada_signal_watch.update(counts.maxima["highest_reward"], counts.tally.resolved):
+        highest = counts.maxima["highest_reward"]
+        for warning in self._ada_signal_watch.update(highest, counts.tally.resolved):
             if self.accelerator.is_main_process:  # the counts are every process's: one warning is enough
-                logger.warning(warning)
+                logger.warning(f"\n{warning}")  # on a line of its own, not after the progress bar
+        for name, value in signal_metrics(highest, args.positive_threshold).items():
+            self._metrics["train"][name].append(value)
         shown = shown_counters(args.refill, args.prompt_selection != "none", args.pilot_size > 0)
         log_step(self._metrics["train"], counts, self.reward_func_names, shown, len(self.ada_memory))
         all_advantages = self.ada_collectives.gather_tensor(advantages).tolist()
