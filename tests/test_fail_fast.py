@@ -294,3 +294,98 @@ def test_refill_filters_on_the_named_reward_in_training(toy_cold_dir, tmp_path):
 
     assert refills() == 0
     assert refills(refill_filter_reward="correct") == 3
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The model name, checked before TRL loads anything (the CLI's checks, from the Python API)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+class Reached(Exception):
+    """Raised in place of GRPOTrainer.__init__: the trainer got as far as loading the model."""
+
+
+@pytest.fixture
+def grpo_init_unreached(monkeypatch):
+    def reached(self, *args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", reached)
+
+
+def test_a_missing_model_folder_is_one_line_before_trl_loads_anything(tmp_path, grpo_init_unreached):
+    from trl_ada.cli import UsageError
+
+    missing = tmp_path / "runs" / "no-such-model"
+    with pytest.raises(UsageError) as info:
+        ReinforceAdaTrainer(str(missing), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab"))
+    assert str(info.value) == f"model {missing}: no such folder."  # not transformers' "Repo id must be in the form"
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_hub_id_offline_and_not_cached_is_one_line_before_trl_loads_anything(
+    tmp_path, grpo_init_unreached, monkeypatch
+):
+    from huggingface_hub import constants
+
+    from trl_ada.cli import RunError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    started = time.perf_counter()
+    with pytest.raises(RunError) as info:
+        ReinforceAdaTrainer(
+            "someone/not-a-cached-model", half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+        )
+    assert time.perf_counter() - started < 10  # huggingface_hub's retries took 26 s
+    message = str(info.value)
+    assert message.startswith(
+        "model someone/not-a-cached-model: not a local folder, and not in the Hugging Face cache"
+    )
+    assert "HF_HUB_OFFLINE is set, so it cannot be downloaded" in message
+    assert "`hf download someone/not-a-cached-model`" in message and "\n" not in message
+    # A folder that exists goes on to TRL.
+    with pytest.raises(Reached):
+        ReinforceAdaTrainer(
+            str(tmp_path_with_config(tmp_path)), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a")
+        )
+
+
+def tmp_path_with_config(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The toy model with plain-string prompts
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_toy_model_with_plain_string_prompts_warns_at_construction(toy_cold_dir, tmp_path, grpo_init_unreached):
+    plain = Dataset.from_list([{"prompt": "47-8", "answer": "39"}])
+    with pytest.warns(UserWarning) as caught, pytest.raises(Reached):
+        ReinforceAdaTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=plain)
+    (message,) = [str(w.message) for w in caught if "toy model" in str(w.message)]
+    assert message == (
+        f"{toy_cold_dir} is a trl-ada toy model (it holds toy_info.json), which answers only through its chat "
+        "template, and the training set's prompts are plain strings ('47-8'): it gives them empty completions, so "
+        "every reward is 0 and nothing is learned. Give each prompt as a conversation, "
+        "[{'role': 'user', 'content': '47-8'}], as trl_ada.toy's datasets do."
+    )
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Reached):
+        warnings.simplefilter("always")
+        ReinforceAdaTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"))
+    assert not [w for w in caught if "toy model" in str(w.message)]
+
+
+def test_plain_string_prompts_to_a_model_that_is_not_a_toy_say_nothing(tmp_path):
+    from trl_ada.checks import toy_plain_prompt_message
+
+    plain = Dataset.from_list([{"prompt": "47-8", "answer": "39"}])
+    folder = tmp_path_with_config(tmp_path)
+    assert toy_plain_prompt_message(str(folder), plain) is None  # any other model: plain strings may be right
+    (folder / "toy_info.json").write_text("{}")
+    assert "plain strings ('47-8')" in toy_plain_prompt_message(str(folder), plain)
+    assert toy_plain_prompt_message(str(folder), plain.select([])) is None  # nothing to look at
+    assert toy_plain_prompt_message(str(folder), None) is None

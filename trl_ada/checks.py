@@ -13,6 +13,7 @@ import functools
 import inspect
 import math
 import numbers
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,27 @@ def check_prompt_column(dataset: Any, split_name: str) -> None:
     message = missing_prompt_column_message(split_name, getattr(dataset, "column_names", None))
     if message is not None:
         raise ValueError(message)
+
+
+TOY_MARKER = "toy_info.json"  # in every toy model folder trl-ada builds or ships (trl_ada.toy)
+
+
+def toy_plain_prompt_message(model: Any, dataset: Any) -> str | None:
+    """A warning when `model` is the folder of a toy model (it holds `toy_info.json`) and the training set's first
+    prompt is a plain string: the toy model answers only through its chat template, so a plain-string prompt gets
+    empty completions and every reward is 0. None otherwise, and for datasets that cannot be indexed."""
+    if not isinstance(model, str) or not os.path.isfile(os.path.join(model, TOY_MARKER)):
+        return None
+    if "prompt" not in (getattr(dataset, "column_names", None) or []) or not hasattr(dataset, "__getitem__"):
+        return None
+    if len(dataset) == 0 or not isinstance(prompt := dataset[0]["prompt"], str):
+        return None
+    return (
+        f"{model} is a trl-ada toy model (it holds {TOY_MARKER}), which answers only through its chat template, and "
+        f"the training set's prompts are plain strings ({excerpt(prompt)}): it gives them empty completions, so every "
+        "reward is 0 and nothing is learned. Give each prompt as a conversation, "
+        f"[{{'role': 'user', 'content': {prompt!r}}}], as trl_ada.toy's datasets do."
+    )
 
 
 def refill_filter_column(name: str | None, reward_func_names: Sequence[str]) -> int | None:

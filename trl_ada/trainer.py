@@ -4,6 +4,7 @@ import os
 import random
 import textwrap
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -43,6 +44,7 @@ from .checks import (
     refill_filter_column,
     reward_failure_message,
     server_unreachable_message,
+    toy_plain_prompt_message,
 )
 from .compat import (
     TRANSFORMERS_VERSION,
@@ -73,6 +75,7 @@ from .metrics import (
     signal_metrics,
     tool_metrics,
 )
+from .model_names import check_model_name
 from .prompt_stream import SidePrompts, retarget_rows, save_stream_states
 from .selection import pilot_stop_rule
 from .step_io import Collectives, StepIO
@@ -121,6 +124,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
         model = os.fspath(model) if isinstance(model, os.PathLike) else model  # GRPOTrainer takes str or a model
         args = ReinforceAdaConfig(f"{_model_name(model).split('/')[-1]}-Reinforce-Ada") if args is None else args
         check_trainer_setup(args, ReinforceAdaConfig, kwargs, _as_list(reward_funcs))
+        if isinstance(model, str):  # the CLI's checks: a missing folder, or a Hub id offline and not cached
+            check_model_name(model, (args.model_init_kwargs or {}).get("revision"), flag="model", probe_hub=False)
+        if (toy_message := toy_plain_prompt_message(model, kwargs.get("train_dataset"))) is not None:
+            warnings.warn(toy_message, UserWarning, stacklevel=2)
         try:
             super().__init__(model, reward_funcs, args=args, **kwargs)
         except OSError as error:  # requests' ConnectionError is an OSError, not the builtin ConnectionError
