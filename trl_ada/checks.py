@@ -50,8 +50,15 @@ def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str
     GRPOTrainer passes every dataset column (but the prompt and completion ones) as a keyword argument, so a missing
     column would otherwise surface as a `TypeError` deep in the first training step.
     """
+    message = reward_columns_message(reward_funcs, column_names)
+    if message is not None:
+        raise ValueError(message)
+
+
+def reward_columns_message(reward_funcs: Sequence[Any], column_names: Sequence[str] | None) -> str | None:
+    """The error `check_reward_columns` raises for the first reward function missing a column; None when none is."""
     if column_names is None:  # streaming dataset: the columns are not known before the first row
-        return
+        return None
     available = sorted((set(column_names) - NOT_FORWARDED_COLUMNS) | TRAINER_REWARD_KWARGS)
     for func in reward_funcs:
         if isinstance(func, torch.nn.Module) or not callable(func):
@@ -68,11 +75,12 @@ def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str
         ]
         missing = [name for name in required if name not in available]
         if missing:
-            raise ValueError(
+            return (
                 f"Reward function {_name(func)!r} needs {missing}, which the training dataset does not provide. "
                 f"Reward functions receive these keyword arguments: {available}. Add the column(s) to the dataset "
                 "(e.g. with `dataset.map`) or give the parameter(s) a default."
             )
+    return None
 
 
 def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], reward_funcs: Sequence[Any]) -> None:
