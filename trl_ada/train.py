@@ -279,8 +279,8 @@ def check_vllm(training_args: ReinforceAdaConfig) -> None:
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UsageError(
             f"use_vllm is true (vllm_mode={training_args.vllm_mode!r}) but vLLM is not installed. Install it with "
-            "`pip install 'trl-ada[vllm]'` (it needs a CUDA GPU), or pass `--use_vllm false` to generate with "
-            "transformers."
+            "`pip install -e '.[vllm]'` in the trl-ada clone (it needs a CUDA GPU), or pass `--use_vllm false` to "
+            "generate with transformers."
         )
 
 
