@@ -218,7 +218,7 @@ def test_gpu_recipe_on_this_machine_says_how_to_run_on_cpu(capsys):
 @pytest.mark.skipif(bool(__import__("importlib").util.find_spec("vllm")), reason="vLLM is installed")
 def test_use_vllm_without_vllm(tmp_path, capsys):
     err = run_error(capsys, cpu_args(tmp_path, "--use_vllm", "true", "--reward_funcs", "toy"))
-    assert "vLLM is not installed" in err and "pip install -e '.[vllm]' in the trl-ada clone" in err
+    assert "vLLM is not installed" in err and "`pip install -e '.[vllm]'` in the trl-ada clone" in err
     assert "--use_vllm false" in err
 
 
