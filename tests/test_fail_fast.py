@@ -389,3 +389,4 @@ def test_plain_string_prompts_to_a_model_that_is_not_a_toy_say_nothing(tmp_path)
     assert "plain strings ('47-8')" in toy_plain_prompt_message(str(folder), plain)
     assert toy_plain_prompt_message(str(folder), plain.select([])) is None  # nothing to look at
     assert toy_plain_prompt_message(str(folder), None) is None
+    assert toy_plain_prompt_message(str(folder), plain.to_iterable_dataset()) is None  # not read: no length

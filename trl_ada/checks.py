@@ -141,8 +141,8 @@ def toy_plain_prompt_message(model: Any, dataset: Any) -> str | None:
     empty completions and every reward is 0. None otherwise, and for datasets that cannot be indexed."""
     if not isinstance(model, str) or not os.path.isfile(os.path.join(model, TOY_MARKER)):
         return None
-    if "prompt" not in (getattr(dataset, "column_names", None) or []) or not hasattr(dataset, "__getitem__"):
-        return None
+    if "prompt" not in (getattr(dataset, "column_names", None) or []) or not hasattr(dataset, "__len__"):
+        return None  # an iterable dataset is not read here: its first row may cost a download
     if len(dataset) == 0 or not isinstance(prompt := dataset[0]["prompt"], str):
         return None
     return (
