@@ -191,3 +191,141 @@ def test_uses_side_stream(make, kwargs, expected):
     assert config.uses_side_stream is expected
     with pytest.raises(AttributeError):  # read-only: derived from refill and prompt_selection
         config.uses_side_stream = not expected
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Types: every numeric field the config adds is refused, naming it, when it holds the wrong type
+# -------------------------------------------------------------------------------------------------------------------
+
+# Worked out from the field list: (field, kind, None allowed). A field added to the class with a numeric type must be
+# added here too (test_every_numeric_field_the_config_adds_is_type_checked compares).
+NUMERIC_FIELDS = [
+    ("samples_per_round", "int", False),
+    ("max_rounds", "int", False),
+    ("max_in_flight", "int", True),
+    ("vllm_request_timeout", "float", False),
+    ("vllm_request_retries", "int", False),
+    ("positive_threshold", "float", False),
+    ("min_positives", "int", True),
+    ("min_negatives", "int", True),
+    ("max_difficulty_weight", "float", False),
+    ("samples_per_prompt_mean", "int", True),
+    ("min_samples_per_prompt", "int", True),
+    ("max_samples_per_prompt", "int", True),
+    ("pass_rate_alpha", "float", False),
+    ("pass_rate_beta", "float", False),
+    ("pass_rate_decay", "float", False),
+    ("pass_rate_max_prompts", "int", True),
+    ("max_refills_per_step", "int", True),
+    ("selection_threshold", "float", False),
+    ("selection_floor", "float", False),
+    ("pilot_size", "int", False),
+    ("pilot_stop_threshold", "float", False),
+]
+
+
+def test_every_numeric_field_the_config_adds_is_type_checked():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from trl_ada import ReinforceAdaConfig
+    from trl_ada.config import _TYPED_FIELDS
+
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    added = [f for f in dataclasses.fields(ReinforceAdaConfig) if f.name not in grpo]
+    numeric = {f.name for f in added if str(f.type).split(" |")[0] in ("int", "float")}
+    assert numeric == {name for name, _, _ in NUMERIC_FIELDS}
+    assert _TYPED_FIELDS == {name: (kind, optional) for name, kind, optional in NUMERIC_FIELDS} | {
+        "refill": ("bool", False)
+    }
+
+
+def test_a_fractional_samples_per_round_is_refused_with_the_field_and_value(make):
+    with pytest.raises(ValueError, match=r"^samples_per_round must be an integer, got 2\.5\.$"):
+        make(samples_per_round=2.5)
+
+
+@pytest.mark.parametrize(("name", "kind", "optional"), NUMERIC_FIELDS)
+def test_a_string_is_refused_naming_the_field(make, name, kind, optional):
+    wanted = {"int": "an integer", "float": "a number"}[kind] + (" or None" if optional else "")
+    with pytest.raises(ValueError) as info:
+        make(**{name: "8"})
+    assert str(info.value) == f"{name} must be {wanted}, got '8' (str)."
+
+
+@pytest.mark.parametrize(("name", "kind", "optional"), NUMERIC_FIELDS)
+def test_a_bool_is_not_a_number_here(make, name, kind, optional):
+    with pytest.raises(ValueError, match=f"^{name} must be .*, got True \\(bool\\)\\.$"):
+        make(**{name: True})
+
+
+@pytest.mark.parametrize("name", [name for name, kind, _ in NUMERIC_FIELDS if kind == "int"])
+def test_an_integer_field_refuses_a_whole_float(make, name):
+    with pytest.raises(ValueError, match=f"^{name} must be an integer.*, got 8.0\\.$"):
+        make(**{name: 8.0})
+
+
+def test_refill_must_be_a_bool_and_numbers_of_numpy_are_accepted(make):
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"^refill must be True or False, got 'yes' \(str\)\.$"):
+        make(refill="yes")
+    config = make(samples_per_round=np.int64(4), max_rounds=2, positive_threshold=np.float32(0.5))
+    assert config.schedule().budget == 8
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Warnings: an adaptive budget equal to the group, and fields the strategy ignores
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def ada_warnings(make, **kwargs) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(**kwargs)
+    return [str(w.message) for w in caught if "sampling_strategy=" in str(w.message)]
+
+
+def test_a_budget_equal_to_the_group_warns_that_sampling_is_uniform(make):
+    # The README's compute-bound settings under GRPOConfig's default group of 8: 4 x 2 = 8 = the group.
+    (message,) = ada_warnings(make, sampling_strategy="positive", samples_per_round=4, max_rounds=2, num_generations=8)
+    assert message.startswith(
+        "sampling_strategy='positive' with a budget of samples_per_round * max_rounds = 4 * 2 = 8, equal to "
+        "num_generations=8: every prompt draws exactly 8 completions, which is uniform sampling"
+    )
+    assert "lower num_generations" in message and "sampling_strategy='uniform'" in message
+    assert ada_warnings(make, sampling_strategy="positive", samples_per_round=4, max_rounds=2, num_generations=4) == []
+    (message,) = ada_warnings(make, samples_per_round=2, max_rounds=2)  # balanced, group 4
+    assert "= 2 * 2 = 4, equal to num_generations=4" in message
+
+
+def test_an_estimate_budget_equal_to_the_group_warns_too(make):
+    # min_samples_per_prompt defaults to the group of 4 and the mean is 4: every prompt gets exactly 4.
+    (message,) = ada_warnings(make, sampling_strategy="estimate", samples_per_prompt_mean=4)
+    assert "with samples_per_prompt_mean=4, equal to num_generations" in message
+    assert "every prompt draws exactly 4 completions" in message
+    assert (
+        len(ada_warnings(make, sampling_strategy="estimate", samples_per_prompt_mean=4, max_samples_per_prompt=4)) == 1
+    )
+    assert ada_warnings(make, sampling_strategy="estimate") == []  # mean 8, max 32
+
+
+def test_fields_the_strategy_ignores_are_named_when_set(make):
+    (message,) = ada_warnings(make, sampling_strategy="uniform", samples_per_round=4, max_rounds=2)
+    assert message.startswith("sampling_strategy='uniform' ignores samples_per_round=4, max_rounds=2:")
+    assert "A field counts as set when it differs from its default." in message
+    (message,) = ada_warnings(make, sampling_strategy="balanced", allocation_rule="inv_p", samples_per_prompt_mean=12)
+    assert message.startswith(
+        "sampling_strategy='balanced' ignores samples_per_prompt_mean=12, allocation_rule='inv_p':"
+    )
+    (message,) = ada_warnings(make, sampling_strategy="estimate", max_samples_per_prompt=16, max_rounds=2)
+    assert message.startswith("sampling_strategy='estimate' ignores max_rounds=2:")
+    # At their defaults, or read by the strategy: nothing to say.
+    assert ada_warnings(make, sampling_strategy="uniform", samples_per_round=8, max_rounds=4) == []
+    assert (
+        ada_warnings(make, sampling_strategy="estimate", max_rounds=2) == []
+    )  # gives max_samples_per_prompt's default
+    assert ada_warnings(make, sampling_strategy="positive", samples_per_round=4, round_sizing="posterior") == []

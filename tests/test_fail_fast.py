@@ -21,13 +21,46 @@ from trl_ada.engine import ExitRule
 # -------------------------------------------------------------------------------------------------------------------
 
 
-def test_signal_watch_warns_once_after_three_batches_naming_the_highest_reward_and_threshold():
+def test_signal_watch_warns_after_three_batches_then_after_6_12_24_naming_the_highest_reward_and_threshold():
     watch = SignalWatch(ExitRule(1, 0), positive_threshold=0.7, budget=32)
     assert watch.update(0.5, 0) == [] and watch.update(0.25, 0) == []  # two batches: too early to say
     (warning,) = watch.update(-math.inf, 0)  # a batch where nothing was scorable leaves the highest at 0.5
     assert "positive_threshold=0.7" in warning and "highest reward: 0.5" in warning and "3 generation" in warning
-    assert "budget of 32" in warning
-    assert watch.update(0.5, 0) == []  # once only
+    assert "budget of 32" in warning and "(next: after 6)" in warning
+    assert "No completion has earned any reward" not in warning  # 0.5 was earned: the threshold is the problem
+    due = [batch for batch in range(4, 50) if watch.update(0.5, 0)]
+    assert due == [6, 12, 24, 48]  # backing off: 3 x 2, 3 x 4, 3 x 8, 3 x 16
+
+
+def test_signal_watch_stops_warning_once_a_completion_passes_the_threshold():
+    watch = SignalWatch(ExitRule(1, 0), positive_threshold=0.7, budget=32)
+    assert [len(watch.update(0.5, 0)) for _ in range(3)] == [0, 0, 1]
+    watch.update(1.0, 1)  # batch 4: a positive, a prompt resolved
+    assert [watch.update(0.0, 0) for _ in range(4, 30)] == [[]] * 26
+
+
+@pytest.mark.parametrize(
+    ("rule", "highest", "shown"),
+    [
+        (ExitRule(1, 0), 0.0, "0"),  # Seq-pos, every reward 0
+        (ExitRule(0, 0), 0.0, "0"),  # uniform sampling: nothing learns either
+        (ExitRule(2, 2), -1.0, "-1"),  # only penalties
+        (ExitRule(1, 0), -math.inf, "no reward scored"),  # nothing scorable
+    ],
+)
+def test_signal_watch_says_no_reward_at_all_is_a_format_problem_not_a_threshold_one(rule, highest, shown):
+    watch = SignalWatch(rule, positive_threshold=0.7, budget=8)
+    assert watch.update(highest, 0) == [] and watch.update(highest, 0) == []
+    (warning,) = watch.update(highest, 0)
+    assert warning.startswith(
+        f"No completion has earned any reward in 3 generation batches (highest reward: {shown}), so there is "
+        "nothing to learn from (ada/frac_batches_no_reward is 1). Lowering positive_threshold will not help."
+    )
+    for cause in ("the prompt format, conversational", "plain string", "chat template", "the reward function"):
+        assert cause in warning, cause
+    assert "given the plain string '47-8' it returns empty completions" in warning  # the toy model's case
+    assert "set it below your reward's success value" not in warning
+    assert [batch for batch in range(4, 13) if watch.update(highest, 0)] == [6, 12]
 
 
 def test_signal_watch_warns_when_nothing_resolves_although_rewards_pass_the_threshold():
@@ -43,8 +76,8 @@ def test_signal_watch_warns_when_nothing_resolves_although_rewards_pass_the_thre
     ("rule", "highest", "resolved"),
     [
         (ExitRule(1, 0), 1.0, 1),  # a positive seen and a prompt resolved: all is well
-        (ExitRule(0, 0), 0.0, 0),  # uniform sampling: no exit rule, the threshold does not matter
-        (ExitRule(0, 1), 0.0, 3),  # a rule that needs no positives, met
+        (ExitRule(0, 0), 0.25, 0),  # uniform sampling: no exit rule, the threshold does not matter
+        (ExitRule(0, 1), 0.25, 3),  # a rule that needs no positives, met
     ],
 )
 def test_signal_watch_is_silent_when_the_rule_can_be_met(rule, highest, resolved):
@@ -70,6 +103,44 @@ def test_a_reward_that_never_passes_the_threshold_warns_once_in_training(toy_col
     assert f"positive_threshold={trainer.args.positive_threshold:g}" in threshold[0]
     assert "highest reward: 0.5" in threshold[0]
     assert all(row["ada/frac_resolved"] == 0 and row["ada/samples_per_prompt"] == 8 for row in ada_logs(trainer))
+    # Every batch had rewards (0.5) but none above the threshold.
+    rows = ada_logs(trainer)
+    assert [(row["ada/frac_batches_no_reward"], row["ada/frac_batches_no_positive"]) for row in rows] == [(0, 1)] * 4
+
+
+def zero_reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def test_no_reward_at_all_warns_on_its_own_line_with_back_off_and_shows_in_the_metrics(
+    toy_cold_dir, tmp_path, monkeypatch
+):
+    seen = []
+    monkeypatch.setattr(trainer_module.logger, "warning", lambda message, *args: seen.append(message))
+    trainer = make_trainer(
+        toy_cold_dir, tmp_path, zero_reward, keyed_dataset("ab"), max_steps=7, logging_steps=1,
+        per_device_train_batch_size=4, num_generations=2, sampling_strategy="positive", samples_per_round=2,
+        max_rounds=2,
+    )  # fmt: skip
+    trainer.train()
+    no_reward = [m for m in seen if "No completion has earned any reward" in m]
+    # One generation batch per step: warned after batches 3 and 6, not 7; each on a line of its own.
+    assert [m.split(" generation batches")[0].rsplit(" ", 1)[1] for m in no_reward] == ["3", "6"], seen
+    assert all(m.startswith("\nNo completion has earned any reward") for m in no_reward)
+    assert not [m for m in seen if "set it below your reward's success value" in m]
+    rows = ada_logs(trainer)
+    assert [(row["ada/frac_batches_no_reward"], row["ada/frac_batches_no_positive"]) for row in rows] == [(1, 1)] * 7
+
+
+def test_signal_metrics_on_hand_worked_highest_rewards():
+    from trl_ada.metrics import signal_metrics
+
+    expected = {0.0: (1, 1), -math.inf: (1, 1), -0.5: (1, 1), 0.5: (0, 1), 0.7: (0, 1), 1.0: (0, 0)}
+    for highest, (no_reward, no_positive) in expected.items():
+        assert signal_metrics(highest, 0.7) == {
+            "ada/frac_batches_no_reward": no_reward,
+            "ada/frac_batches_no_positive": no_positive,
+        }, highest
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -223,3 +294,99 @@ def test_refill_filters_on_the_named_reward_in_training(toy_cold_dir, tmp_path):
 
     assert refills() == 0
     assert refills(refill_filter_reward="correct") == 3
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The model name, checked before TRL loads anything (the CLI's checks, from the Python API)
+# -------------------------------------------------------------------------------------------------------------------
+
+
+class Reached(Exception):
+    """Raised in place of GRPOTrainer.__init__: the trainer got as far as loading the model."""
+
+
+@pytest.fixture
+def grpo_init_unreached(monkeypatch):
+    def reached(self, *args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", reached)
+
+
+def test_a_missing_model_folder_is_one_line_before_trl_loads_anything(tmp_path, grpo_init_unreached):
+    from trl_ada.cli import UsageError
+
+    missing = tmp_path / "runs" / "no-such-model"
+    with pytest.raises(UsageError) as info:
+        ReinforceAdaTrainer(str(missing), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab"))
+    assert str(info.value) == f"model {missing}: no such folder."  # not transformers' "Repo id must be in the form"
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_hub_id_offline_and_not_cached_is_one_line_before_trl_loads_anything(
+    tmp_path, grpo_init_unreached, monkeypatch
+):
+    from huggingface_hub import constants
+
+    from trl_ada.cli import RunError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    started = time.perf_counter()
+    with pytest.raises(RunError) as info:
+        ReinforceAdaTrainer(
+            "someone/not-a-cached-model", half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+        )
+    assert time.perf_counter() - started < 10  # huggingface_hub's retries took 26 s
+    message = str(info.value)
+    assert message.startswith(
+        "model someone/not-a-cached-model: not a local folder, and not in the Hugging Face cache"
+    )
+    assert "HF_HUB_OFFLINE is set, so it cannot be downloaded" in message
+    assert "`hf download someone/not-a-cached-model`" in message and "\n" not in message
+    # A folder that exists goes on to TRL.
+    with pytest.raises(Reached):
+        ReinforceAdaTrainer(
+            str(tmp_path_with_config(tmp_path)), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a")
+        )
+
+
+def tmp_path_with_config(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The toy model with plain-string prompts
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_toy_model_with_plain_string_prompts_warns_at_construction(toy_cold_dir, tmp_path, grpo_init_unreached):
+    plain = Dataset.from_list([{"prompt": "47-8", "answer": "39"}])
+    with pytest.warns(UserWarning) as caught, pytest.raises(Reached):
+        ReinforceAdaTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=plain)
+    (message,) = [str(w.message) for w in caught if "toy model" in str(w.message)]
+    assert message == (
+        f"{toy_cold_dir} is a trl-ada toy model (it holds toy_info.json), which answers only through its chat "
+        "template, and the training set's prompts are plain strings ('47-8'): it gives them empty completions, so "
+        "every reward is 0 and nothing is learned. Give each prompt as a conversation, "
+        "[{'role': 'user', 'content': '47-8'}], as trl_ada.toy's datasets do."
+    )
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Reached):
+        warnings.simplefilter("always")
+        ReinforceAdaTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"))
+    assert not [w for w in caught if "toy model" in str(w.message)]
+
+
+def test_plain_string_prompts_to_a_model_that_is_not_a_toy_say_nothing(tmp_path):
+    from trl_ada.checks import toy_plain_prompt_message
+
+    plain = Dataset.from_list([{"prompt": "47-8", "answer": "39"}])
+    folder = tmp_path_with_config(tmp_path)
+    assert toy_plain_prompt_message(str(folder), plain) is None  # any other model: plain strings may be right
+    (folder / "toy_info.json").write_text("{}")
+    assert "plain strings ('47-8')" in toy_plain_prompt_message(str(folder), plain)
+    assert toy_plain_prompt_message(str(folder), plain.select([])) is None  # nothing to look at
+    assert toy_plain_prompt_message(str(folder), None) is None
+    assert toy_plain_prompt_message(str(folder), plain.to_iterable_dataset()) is None  # not read: no length

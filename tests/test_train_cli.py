@@ -218,7 +218,8 @@ def test_gpu_recipe_on_this_machine_says_how_to_run_on_cpu(capsys):
 @pytest.mark.skipif(bool(__import__("importlib").util.find_spec("vllm")), reason="vLLM is installed")
 def test_use_vllm_without_vllm(tmp_path, capsys):
     err = run_error(capsys, cpu_args(tmp_path, "--use_vllm", "true", "--reward_funcs", "toy"))
-    assert "vLLM is not installed" in err and "pip install 'trl-ada[vllm]'" in err and "--use_vllm false" in err
+    assert "vLLM is not installed" in err and "`pip install -e '.[vllm]'` in the trl-ada clone" in err
+    assert "--use_vllm false" in err
 
 
 def test_missing_reward(tmp_path, capsys):
@@ -270,6 +271,48 @@ def test_eval_without_an_eval_split(tmp_path, capsys, model_ok):
     assert "eval_on_start=True needs an evaluation split" in err
     err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--dataset_train_split", "training"])
     assert "no 'training' split; it has ['train']" in err
+
+
+def test_every_data_problem_is_reported_in_one_run(tmp_path, capsys, model_ok):
+    # No eval split, no prompt column and no `answer` column for the toy reward: three problems, one run, one line.
+    data = write_rows(tmp_path / "q.jsonl", [{"question": "1+1", "solution": "2"}])
+    err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_strategy", "steps"])
+    assert err.startswith(
+        "trl-ada train: error: 3 problems with the data: (1) eval_strategy='steps' needs an evaluation"
+    )
+    second, third = (
+        err.index(" (2) The train split has no 'prompt' column"),
+        err.index(" (3) Reward function 'toy_reward'"),
+    )
+    assert second < third
+    assert "its columns are ['question', 'solution']" in err and "needs ['answer']" in err
+    # Two: the train split named is not there (its columns cannot be checked), and no eval split either.
+    data = write_rows(tmp_path / "train.jsonl", ROWS)
+    err = run_error(
+        capsys,
+        [*model_ok, "--dataset_name", str(data), "--dataset_train_split", "training", "--eval_on_start", "true"],
+    )
+    assert err.startswith("trl-ada train: error: 2 problems with the data: (1) The dataset has no 'training' split")
+    assert " (2) eval_on_start=True needs an evaluation split" in err
+
+
+@pytest.mark.parametrize("entry", ["train.main", "cli.main"])
+def test_bare_train_says_what_is_missing_and_points_to_the_toy_recipe(entry, capsys):
+    from trl_ada.catalog import resolve_config
+
+    argv = [] if entry == "train.main" else ["train"]
+    assert (main if entry == "train.main" else cli.main)(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "trl-ada train: error: Nothing says what to train: no --config recipe, no model (--model_name_or_path), no "
+        "dataset (--dataset_name), no reward (--reward_funcs). To try trl-ada, train the built-in toy task on this "
+        "CPU: `trl-ada train --config toy-cpu`. Otherwise pass --config with a recipe (`trl-ada recipes` lists "
+        "them), or those three (`trl-ada train --help` lists every flag)."
+    )
+    assert resolve_config("toy-cpu").name == "toy-cpu.yaml"  # the recipe it names exists
+    # CPU flags alone say nothing about what to train either; one of the three given goes on to the later checks.
+    assert "Nothing says what to train" in run_error(capsys, ["--use_cpu", "true", "--bf16", "false"])
+    assert "Nothing says what to train" not in run_error(capsys, ["--use-cpu", "true", "--reward-funcs", "toy"])
 
 
 def test_unknown_keys_and_flags(tmp_path, capsys):

@@ -13,8 +13,9 @@ import functools
 import inspect
 import math
 import numbers
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,8 +50,15 @@ def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str
     GRPOTrainer passes every dataset column (but the prompt and completion ones) as a keyword argument, so a missing
     column would otherwise surface as a `TypeError` deep in the first training step.
     """
+    message = reward_columns_message(reward_funcs, column_names)
+    if message is not None:
+        raise ValueError(message)
+
+
+def reward_columns_message(reward_funcs: Sequence[Any], column_names: Sequence[str] | None) -> str | None:
+    """The error `check_reward_columns` raises for the first reward function missing a column; None when none is."""
     if column_names is None:  # streaming dataset: the columns are not known before the first row
-        return
+        return None
     available = sorted((set(column_names) - NOT_FORWARDED_COLUMNS) | TRAINER_REWARD_KWARGS)
     for func in reward_funcs:
         if isinstance(func, torch.nn.Module) or not callable(func):
@@ -67,11 +75,12 @@ def check_reward_columns(reward_funcs: Sequence[Any], column_names: Sequence[str
         ]
         missing = [name for name in required if name not in available]
         if missing:
-            raise ValueError(
+            return (
                 f"Reward function {_name(func)!r} needs {missing}, which the training dataset does not provide. "
                 f"Reward functions receive these keyword arguments: {available}. Add the column(s) to the dataset "
                 "(e.g. with `dataset.map`) or give the parameter(s) a default."
             )
+    return None
 
 
 def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], reward_funcs: Sequence[Any]) -> None:
@@ -121,6 +130,27 @@ def check_prompt_column(dataset: Any, split_name: str) -> None:
     message = missing_prompt_column_message(split_name, getattr(dataset, "column_names", None))
     if message is not None:
         raise ValueError(message)
+
+
+TOY_MARKER = "toy_info.json"  # in every toy model folder trl-ada builds or ships (trl_ada.toy)
+
+
+def toy_plain_prompt_message(model: Any, dataset: Any) -> str | None:
+    """A warning when `model` is the folder of a toy model (it holds `toy_info.json`) and the training set's first
+    prompt is a plain string: the toy model answers only through its chat template, so a plain-string prompt gets
+    empty completions and every reward is 0. None otherwise, and for datasets that cannot be indexed."""
+    if not isinstance(model, str) or not os.path.isfile(os.path.join(model, TOY_MARKER)):
+        return None
+    if "prompt" not in (getattr(dataset, "column_names", None) or []) or not hasattr(dataset, "__len__"):
+        return None  # an iterable dataset is not read here: its first row may cost a download
+    if len(dataset) == 0 or not isinstance(prompt := dataset[0]["prompt"], str):
+        return None
+    return (
+        f"{model} is a trl-ada toy model (it holds {TOY_MARKER}), which answers only through its chat template, and "
+        f"the training set's prompts are plain strings ({excerpt(prompt)}): it gives them empty completions, so every "
+        "reward is 0 and nothing is learned. Give each prompt as a conversation, "
+        f"[{{'role': 'user', 'content': {prompt!r}}}], as trl_ada.toy's datasets do."
+    )
 
 
 def refill_filter_column(name: str | None, reward_func_names: Sequence[str]) -> int | None:
@@ -357,10 +387,18 @@ def _name(func: Any) -> str:
 
 @dataclass
 class SignalWatch:
-    """Warns once, `after` generation batches into training, when no completion has yet scored above
-    `positive_threshold` although the exit rule needs positives (a reward that never exceeds the threshold, e.g. a
-    0/0.5 reward under the default 0.7, makes every prompt spend its whole budget), and once when no prompt has yet
-    resolved. Fed each generation batch's totals over every process; returns the warnings to emit."""
+    """Warns when training has nothing to learn from, `after` generation batches into training and again after
+    `2 * after`, `4 * after`, ... batches (3, 6, 12, 24, ...) while it lasts. Three cases, the first that applies:
+
+    - no completion has earned any reward (every reward so far 0, negative or unscorable), under any strategy: the
+      prompt format, the chat template or the reward function is wrong far more often than the threshold;
+    - no completion has scored above `positive_threshold` although the exit rule needs positives (a 0/0.5 reward under
+      the default 0.7 makes every prompt spend its whole budget);
+    - no prompt has resolved although positives were seen.
+
+    Fed each generation batch's totals over every process; returns the warnings to emit. The metrics
+    `ada/frac_batches_no_reward` and `ada/frac_batches_no_positive` (`trl_ada.metrics.signal_metrics`) show the same
+    per batch."""
 
     exit_rule: ExitRule
     positive_threshold: float
@@ -369,43 +407,44 @@ class SignalWatch:
     batches: int = 0
     highest_reward: float = -math.inf
     resolved: int = 0
-    warned: set[str] = field(default_factory=set)
 
     def update(self, highest_reward: float, resolved: int) -> list[str]:
         """Count one generation batch: the highest reward scored in it (-inf when none) and prompts resolved."""
         self.batches += 1
         self.highest_reward = max(self.highest_reward, highest_reward)
         self.resolved += resolved
-        if self.batches < self.after:
+        rounds = self.batches // self.after
+        if self.batches % self.after or rounds & (rounds - 1):  # due at after x 1, 2, 4, 8, ... batches
             return []
-        warnings = []
         seen = f"{self.batches} generation batches"
-        if self.exit_rule.min_positives > 0 and self.highest_reward <= self.positive_threshold:
+        again = (
+            f"Warned after {self.after}, {2 * self.after}, {4 * self.after}, ... generation batches while it lasts "
+            f"(next: after {2 * self.batches})."
+        )
+        budget = f"every prompt draws its whole budget of {self.budget} completions"
+        if self.highest_reward <= 0:
             highest = "no reward scored" if self.highest_reward == -math.inf else f"{self.highest_reward:g}"
-            warnings.append(
-                self._once(
-                    "threshold",
-                    f"No completion has scored above positive_threshold={self.positive_threshold:g} in {seen} "
-                    f"(highest reward: {highest}), so no prompt can meet its exit rule and every prompt draws its "
-                    f"whole budget of {self.budget} completions. A completion is positive when its total reward is "
-                    "strictly greater than positive_threshold: set it below your reward's success value.",
-                )
-            )
-        elif self.resolved == 0 and self.exit_rule.min_positives + self.exit_rule.min_negatives > 0:
-            warnings.append(
-                self._once(
-                    "resolved",
-                    f"No prompt has met its exit rule in {seen} (ada/frac_resolved is 0): every prompt draws its "
-                    f"whole budget of {self.budget} completions. The rule needs {self.exit_rule.min_positives} "
-                    f"completion(s) above positive_threshold={self.positive_threshold:g} and "
-                    f"{self.exit_rule.min_negatives} at or below it; check the threshold against your rewards, or "
-                    "use sampling_strategy='positive' on a task where wrong answers are rare.",
-                )
-            )
-        return [warning for warning in warnings if warning]
-
-    def _once(self, key: str, message: str) -> str:
-        if key in self.warned:
-            return ""
-        self.warned.add(key)
-        return message
+            return [
+                f"No completion has earned any reward in {seen} (highest reward: {highest}), so there is nothing to "
+                "learn from (ada/frac_batches_no_reward is 1). Lowering positive_threshold will not help. Check, in "
+                "this order: the prompt format, conversational ([{'role': 'user', 'content': ...}]) or a plain "
+                "string, against what the model expects (a chat model, like trl-ada's toy model, answers only "
+                "through its chat template: given the plain string '47-8' it returns empty completions); the "
+                "tokenizer's chat template; and the reward function, called by hand on a few completions with the "
+                f"dataset's columns. {again}"
+            ]
+        if self.exit_rule.min_positives > 0 and self.highest_reward <= self.positive_threshold:
+            return [
+                f"No completion has scored above positive_threshold={self.positive_threshold:g} in {seen} "
+                f"(highest reward: {self.highest_reward:g}), so no prompt can meet its exit rule and {budget} "
+                "(ada/frac_batches_no_positive is 1). A completion is positive when its total reward is strictly "
+                f"greater than positive_threshold: set it below your reward's success value. {again}"
+            ]
+        if self.resolved == 0 and self.exit_rule.min_positives + self.exit_rule.min_negatives > 0:
+            return [
+                f"No prompt has met its exit rule in {seen} (ada/frac_resolved is 0): {budget}. The rule needs "
+                f"{self.exit_rule.min_positives} completion(s) above positive_threshold={self.positive_threshold:g} "
+                f"and {self.exit_rule.min_negatives} at or below it; check the threshold against your rewards, or "
+                f"use sampling_strategy='positive' on a task where wrong answers are rare. {again}"
+            ]
+        return []

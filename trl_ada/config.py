@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import warnings
 from dataclasses import dataclass, field, fields
@@ -345,6 +346,8 @@ class ReinforceAdaConfig(GRPOConfig):
         """Resolve GRPOConfig's settings, then check this class's (see `_validate`)."""
         super().__post_init__()  # first: GRPOConfig derives generation_batch_size, which the rules below read
         _validate(self)
+        for message in config_warnings(self):
+            warnings.warn(message, UserWarning, stacklevel=3)
 
     def get_process_log_level(self) -> int:
         """TrainingArguments' log level. transformers' `Trainer.__init__` calls it once, as
@@ -446,6 +449,7 @@ def _validate(config: ReinforceAdaConfig) -> None:
     """Raise a ValueError on the first rule that `config` breaks. Choices come first, so that every later rule (and
     every object built along the way) sees a known strategy, sizing and schedule."""
     _check_choices(config)
+    _check_types(config)
     _check_exit_and_budget(config)
     _check_whole_groups_per_process(config)
     config.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
@@ -655,3 +659,100 @@ def _check_pilot(config: ReinforceAdaConfig) -> None:
             "num_generations) or zeroing it would both bias the update. Use pilot_size=0 with the memory baseline, "
             "or advantage_baseline='pool'."
         )
+
+
+# Types: every numeric (and boolean) field this class adds, read from its annotation, so a new field is checked too.
+# A wrong type would otherwise fail as a bare TypeError in a comparison below ("'<' not supported between instances
+# of 'str' and 'int'"), or pass unnoticed (2.5 rounds).
+_ADDED = [f for f in fields(ReinforceAdaConfig) if f.name not in {g.name for g in fields(GRPOConfig)}]
+_TYPED_FIELDS: dict[str, tuple[str, bool]] = {  # name -> (kind, None allowed)
+    f.name: (str(f.type).removesuffix(" | None"), str(f.type).endswith(" | None"))
+    for f in _ADDED
+    if str(f.type).removesuffix(" | None") in ("int", "float", "bool")
+}
+
+
+def _check_types(config: ReinforceAdaConfig) -> None:
+    """Integer fields hold integers, float fields real numbers, `refill` a bool, each naming the field. A bool is
+    not a number here (`samples_per_round=True` is a mistake, not 1), and a float is not an integer, even 8.0."""
+    for name, (kind, optional) in _TYPED_FIELDS.items():
+        value = getattr(config, name)
+        if value is None and optional:
+            continue
+        if kind == "bool":
+            ok, wanted = isinstance(value, bool), "True or False"
+        elif kind == "int":
+            ok, wanted = isinstance(value, numbers.Integral) and not isinstance(value, bool), "an integer"
+        else:
+            ok, wanted = isinstance(value, numbers.Real) and not isinstance(value, bool), "a number"
+        if not ok:
+            shown = f"{value!r} ({type(value).__name__})" if isinstance(value, str | bool) else repr(value)
+            raise ValueError(f"{name} must be {wanted}{' or None' if optional else ''}, got {shown}.")
+
+
+# Warnings: settings that are valid but do not do what they look like doing. `config_warnings` returns them; the
+# config emits each once, as a UserWarning, when it is built.
+
+# The sampling fields each strategy never reads. A field counts as set by the user when its value differs from its
+# default: one passed explicitly at its default value is not reported.
+_EST_FIELDS = ("samples_per_prompt_mean", "min_samples_per_prompt", "max_samples_per_prompt", "allocation_rule")
+_IGNORED_BY: dict[str, tuple[str, ...]] = {
+    "uniform": ("samples_per_round", "max_rounds", "round_sizing", *_EST_FIELDS),
+    "balanced": _EST_FIELDS,
+    "positive": _EST_FIELDS,
+    "estimate": ("round_sizing",),
+}
+
+
+def config_warnings(config: ReinforceAdaConfig) -> list[str]:
+    """The warnings `config` deserves (see above): an adaptive budget no larger than the group, and fields the
+    chosen strategy ignores."""
+    found = [message for message in (_uniform_budget_message(config), _ignored_fields_message(config)) if message]
+    return found
+
+
+def _uniform_budget_message(config: ReinforceAdaConfig) -> str | None:
+    """An adaptive strategy whose budget equals the group draws exactly `num_generations` for every prompt: uniform
+    sampling under another name. (A budget below the group is refused in `_validate`.)"""
+    group, strategy = config.num_generations, config.sampling_strategy
+    if strategy in ("balanced", "positive"):
+        budget = config.samples_per_round * config.max_rounds
+        if budget != group:
+            return None
+        spent = (
+            f"a budget of samples_per_round * max_rounds = {config.samples_per_round} * {config.max_rounds} = "
+            f"{budget}, equal to num_generations={group}"
+        )
+        fix = "raise samples_per_round or max_rounds, or lower num_generations (e.g. to samples_per_round)"
+    elif strategy == "estimate":
+        # Every prompt gets at least num_generations (min_samples_per_prompt >= it), so a mean of num_generations
+        # leaves each exactly that; a max of num_generations forces the mean down to it (the bounds are checked).
+        if config.samples_per_prompt_bounds[0] != group:
+            return None
+        spent = f"samples_per_prompt_mean={group}, equal to num_generations (each prompt gets at least that)"
+        fix = "raise samples_per_prompt_mean and max_samples_per_prompt above num_generations"
+    else:
+        return None
+    return (
+        f"sampling_strategy={strategy!r} with {spent}: every prompt draws exactly {group} completions, which is "
+        f"uniform sampling (plain GRPO) with nothing adaptive. To sample adaptively, {fix}; for plain GRPO, set "
+        "sampling_strategy='uniform'."
+    )
+
+
+def _ignored_fields_message(config: ReinforceAdaConfig) -> str | None:
+    """Fields set away from their defaults that the chosen strategy never reads."""
+    ignored = list(_IGNORED_BY.get(config.sampling_strategy, ()))
+    if config.sampling_strategy == "estimate" and config.max_samples_per_prompt is not None:
+        ignored += ["samples_per_round", "max_rounds"]  # they only give max_samples_per_prompt's default
+    defaults = {f.name: f.default for f in fields(ReinforceAdaConfig)}
+    changed = [name for name in ignored if getattr(config, name) != defaults[name]]
+    if not changed:
+        return None
+    shown = ", ".join(f"{name}={getattr(config, name)!r}" for name in changed)
+    return (
+        f"sampling_strategy={config.sampling_strategy!r} ignores {shown}: these settings change nothing. Remove "
+        "them, or choose the strategy that reads them (samples_per_round, max_rounds and round_sizing: 'balanced' "
+        "or 'positive'; samples_per_prompt_mean, min_/max_samples_per_prompt and allocation_rule: 'estimate'). "
+        "A field counts as set when it differs from its default."
+    )

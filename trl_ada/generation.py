@@ -194,7 +194,9 @@ def load_sampler(
     if backend not in ("auto", "vllm", "transformers"):
         raise ValueError(f"Unknown backend {backend!r}; use 'auto', 'vllm' or 'transformers'.")
     if backend == "vllm" and not vllm_available():
-        raise ValueError("backend='vllm' but vLLM is not installed: `pip install trl-ada[vllm]`, or use 'auto'.")
+        raise ValueError(
+            "backend='vllm' but vLLM is not installed: `pip install -e '.[vllm]'` in the trl-ada clone, or use 'auto'."
+        )
     if backend == "vllm" or (backend == "auto" and vllm_available()):
         return VLLMSampler(model_name_or_path, seed=seed, dtype=dtype, **vllm_kwargs)
     return TransformersSampler.from_pretrained(model_name_or_path, batch_size=batch_size, dtype=dtype)

@@ -240,3 +240,14 @@ def step_metrics(counts: StepCounts, shown: Sequence[str], memory_size: int) -> 
         }
     )
     return metrics
+
+
+def signal_metrics(highest_reward: float, positive_threshold: float) -> dict[str, float]:
+    """Whether a generation batch had anything to learn from, from the highest total reward scored in it on every
+    process (-inf when nothing was scorable): `ada/frac_batches_no_reward` is 1 when no completion scored above 0,
+    `ada/frac_batches_no_positive` when none scored above `positive_threshold`. One entry per batch, so the logged mean
+    is the share of the logging window's generation batches."""
+    return {
+        "ada/frac_batches_no_reward": float(not highest_reward > 0),
+        "ada/frac_batches_no_positive": float(not highest_reward > positive_threshold),
+    }

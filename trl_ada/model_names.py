@@ -18,13 +18,16 @@ from .cli import RunError, UsageError
 HUB_CHECK_SECONDS = 5.0  # how long the Hub gets to answer before it counts as unreachable
 
 
-def check_model_name(name: str, revision: str | None = None, flag: str = "--model_name_or_path") -> str:
+def check_model_name(
+    name: str, revision: str | None = None, flag: str = "--model_name_or_path", probe_hub: bool = True
+) -> str:
     """``name`` (a local model folder or a Hub id) as it should be loaded, or a UsageError or RunError saying why not.
 
     A local folder must hold ``config.json`` (or a PEFT adapter's ``adapter_config.json``). A name that can only be
     a path (see :func:`looks_local`) but names no folder is a UsageError ("no such folder"), not a Hub lookup that
     fails with "Repo id must be in the form...". A Hub id is checked against the cache and the Hub's reachability
-    (:func:`check_hub_model`).
+    (:func:`check_hub_model`; ``probe_hub=False``: only offline, without a request). ``ReinforceAdaTrainer`` runs
+    this too, with ``flag="model"`` and no probe, before TRL loads the model.
     """
     path = pathlib.Path(name).expanduser()
     if path.is_dir():
@@ -38,7 +41,7 @@ def check_model_name(name: str, revision: str | None = None, flag: str = "--mode
         raise UsageError(f"{flag} {name}: a file, not a model folder (a folder holding config.json and the weights).")
     if looks_local(name):
         raise UsageError(f"{flag} {name}: no such folder{nearby(path)}.")
-    check_hub_model(name, revision, flag)
+    check_hub_model(name, revision, flag, probe_hub)
     return name
 
 
@@ -77,11 +80,13 @@ def nearby(path: pathlib.Path) -> str:
     return ""
 
 
-def check_hub_model(name: str, revision: str | None = None, flag: str = "--model_name_or_path") -> None:
+def check_hub_model(
+    name: str, revision: str | None = None, flag: str = "--model_name_or_path", probe_hub: bool = True
+) -> None:
     """Fail in seconds, in one line, when the Hub model ``name`` can be neither downloaded nor read from the cache.
 
-    Offline (``HF_HUB_OFFLINE=1``): the model must be in the Hugging Face cache. Online: the Hub gets
-    ``HUB_CHECK_SECONDS`` to answer; unreachable, a cached model is used offline (huggingface_hub would otherwise
+    Offline (``HF_HUB_OFFLINE=1``): the model must be in the Hugging Face cache. Online, with ``probe_hub``: the Hub
+    gets ``HUB_CHECK_SECONDS`` to answer; unreachable, a cached model is used offline (huggingface_hub would otherwise
     retry for about 25 s before falling back to the cache) and an uncached one is a RunError. Whether the repository
     exists is left to the download, which says so itself.
     """
@@ -97,6 +102,8 @@ def check_hub_model(name: str, revision: str | None = None, flag: str = "--model
     if constants.is_offline_mode():
         if not cached:
             raise RunError(f"{where}, and HF_HUB_OFFLINE is set, so it cannot be downloaded: {fixes}.")
+        return
+    if not probe_hub:
         return
     reason = hub_unreachable(constants.ENDPOINT)
     if reason is None:

@@ -516,7 +516,9 @@ def plot(outcomes: Sequence[Outcome], path: str | Path, title: str = "") -> None
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("Plotting needs matplotlib: pip install 'trl-ada[plot]'.") from None
+        raise ImportError(
+            "Plotting needs matplotlib: pip install -e '.[plot]' in the trl-ada clone (or pip install matplotlib)."
+        ) from None
     fig, ax = plt.subplots(figsize=(9, 4.5))
     draw(ax, outcomes, title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -48,7 +48,7 @@ from transformers.trainer_callback import ProgressCallback
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from .catalog import RecipeNotFound, resolve_config
-from .checks import missing_prompt_column_message
+from .checks import missing_prompt_column_message, reward_columns_message
 from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, RunError, UsageError, show_defaults  # shared by all
 from .config import ReinforceAdaConfig
 from .model_names import check_model_name, nearby
@@ -201,6 +201,10 @@ def parse_args(
     for position, arg in enumerate(argv):
         if arg.startswith("--config="):  # TrlParser reads `--config PATH` only
             argv[position : position + 1] = ["--config", arg.removeprefix("--config=")]
+    if "--config" not in argv and not {"-h", "--help"} & set(argv):
+        message = missing_essentials(argv)
+        if message is not None:  # before the precision check, whose bf16 advice would come first otherwise
+            raise UsageError(message)
     if "--config" in argv:
         position = argv.index("--config")
         if position + 1 == len(argv):
@@ -220,6 +224,30 @@ def parse_args(
         raise UsageError(f"Unknown arguments {unknown_flags}: check the spelling (`trl-ada train --help`).")
     script_args, training_args, model_args, dataset_args = parsed
     return script_args, training_args, model_args, dataset_args
+
+
+# What a run needs and no default gives: (what, the flags that give it). A recipe (--config) may give them all.
+ESSENTIALS = (
+    ("model", ("--model_name_or_path",)),
+    ("dataset", ("--dataset_name",)),
+    ("reward", ("--reward_funcs", "--reward_model_name_or_path")),
+)
+TOY_RECIPE_NAME = "toy-cpu"
+
+
+def missing_essentials(argv: Sequence[str]) -> str | None:
+    """Without a --config recipe and with none of a model, a dataset and a reward given (bare ``trl-ada train``),
+    the error saying so, which points to the toy recipe; None otherwise. When only some are missing, the later
+    checks name the one missing (`resolve_model`, `load_data`, `load_rewards`)."""
+    given = {arg.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) for arg in argv if arg.startswith("--")}
+    if any(given & set(flags) for _, flags in ESSENTIALS):
+        return None
+    missing = ", ".join(f"no {what} ({flags[0]})" for what, flags in ESSENTIALS)
+    return (
+        f"Nothing says what to train: no --config recipe, {missing}. To try "
+        f"trl-ada, train the built-in toy task on this CPU: `{PROG} --config {TOY_RECIPE_NAME}`. Otherwise pass "
+        f"--config with a recipe (`trl-ada recipes` lists them), or those three (`{PROG} --help` lists every flag)."
+    )
 
 
 def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
@@ -251,8 +279,8 @@ def check_vllm(training_args: ReinforceAdaConfig) -> None:
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UsageError(
             f"use_vllm is true (vllm_mode={training_args.vllm_mode!r}) but vLLM is not installed. Install it with "
-            "`pip install 'trl-ada[vllm]'` (it needs a CUDA GPU), or pass `--use_vllm false` to generate with "
-            "transformers."
+            "`pip install -e '.[vllm]'` in the trl-ada clone (it needs a CUDA GPU), or pass `--use_vllm false` to "
+            "generate with transformers."
         )
 
 
@@ -334,32 +362,44 @@ def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureCon
     return datasets.load_dataset(name, name=script_args.dataset_config, streaming=script_args.dataset_streaming)
 
 
-def pick_splits(data, script_args: TrainScriptArguments, training_args: ReinforceAdaConfig):
-    """(train, eval or None); eval when eval_strategy or eval_on_start asks for it. Checks splits and prompts."""
+def pick_splits(data, script_args: TrainScriptArguments, training_args: ReinforceAdaConfig, rewards=()):
+    """(train, eval or None); eval when eval_strategy or eval_on_start asks for it. Checks the splits, their `prompt`
+    columns and the columns `rewards` need, and reports every problem found in one UsageError."""
     splits = list(data)
-    if script_args.dataset_train_split not in data:
-        raise UsageError(
+    problems = []
+    train = data[script_args.dataset_train_split] if script_args.dataset_train_split in data else None
+    if train is None:
+        problems.append(
             f"The dataset has no {script_args.dataset_train_split!r} split; it has {splits}. "
             "Pass --dataset_train_split with one of them."
         )
-    train = data[script_args.dataset_train_split]
     evaluation = None
     strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
     if strategy != "no" or training_args.eval_on_start:
         if script_args.dataset_test_split not in data:
             asked = f"eval_strategy={strategy!r}" if strategy != "no" else "eval_on_start=True"
-            raise UsageError(
+            problems.append(
                 f"{asked} needs an evaluation split, but the dataset has no {script_args.dataset_test_split!r} split "
                 f"(it has {splits}). Pass --dataset_test_split with one of them, or --eval_strategy no "
                 "--eval_on_start false."
             )
-        evaluation = data[script_args.dataset_test_split]
+        else:
+            evaluation = data[script_args.dataset_test_split]
     for split_name, split in (("train", train), ("eval", evaluation)):
         # The trainer checks this too; here it is a usage error, before any model loads. None for some streamed
         # datasets: nothing to check.
-        message = missing_prompt_column_message(split_name, getattr(split, "column_names", None))
-        if message is not None:
-            raise UsageError(message)
+        if split is not None:
+            problems.append(missing_prompt_column_message(split_name, getattr(split, "column_names", None)))
+    if train is not None:  # the trainer checks this too, after the splits; here it is reported with them
+        problems.append(reward_columns_message(rewards, getattr(train, "column_names", None)))
+    problems = [problem for problem in problems if problem is not None]
+    if len(problems) == 1:
+        raise UsageError(problems[0])
+    if problems:  # one line, as every usage error
+        raise UsageError(
+            f"{len(problems)} problems with the data: "
+            + " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))
+        )
     return train, evaluation
 
 
@@ -543,7 +583,7 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
         from .toy import use_toy_threads
 
         use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more spin on matrices this small
-    train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args)
+    train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args, rewards)
 
     model_init_kwargs = dict(
         revision=model_args.model_revision,

@@ -4,6 +4,7 @@ import os
 import random
 import textwrap
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -43,6 +44,7 @@ from .checks import (
     refill_filter_column,
     reward_failure_message,
     server_unreachable_message,
+    toy_plain_prompt_message,
 )
 from .compat import (
     TRANSFORMERS_VERSION,
@@ -70,8 +72,10 @@ from .metrics import (
     replace_since,
     reward_moments,
     shown_counters,
+    signal_metrics,
     tool_metrics,
 )
+from .model_names import check_model_name
 from .prompt_stream import SidePrompts, retarget_rows, save_stream_states
 from .selection import pilot_stop_rule
 from .step_io import Collectives, StepIO
@@ -120,6 +124,10 @@ class ReinforceAdaTrainer(GRPOTrainer):
         model = os.fspath(model) if isinstance(model, os.PathLike) else model  # GRPOTrainer takes str or a model
         args = ReinforceAdaConfig(f"{_model_name(model).split('/')[-1]}-Reinforce-Ada") if args is None else args
         check_trainer_setup(args, ReinforceAdaConfig, kwargs, _as_list(reward_funcs))
+        if isinstance(model, str):  # the CLI's checks: a missing folder, or a Hub id offline and not cached
+            check_model_name(model, (args.model_init_kwargs or {}).get("revision"), flag="model", probe_hub=False)
+        if (toy_message := toy_plain_prompt_message(model, kwargs.get("train_dataset"))) is not None:
+            warnings.warn(toy_message, UserWarning, stacklevel=2)
         try:
             super().__init__(model, reward_funcs, args=args, **kwargs)
         except OSError as error:  # requests' ConnectionError is an OSError, not the builtin ConnectionError
@@ -487,9 +495,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.seconds, step.skipped
         )
         counts = sum(self.ada_collectives.gather_objects([local]), StepCounts())
-        for warning in self._ada_signal_watch.update(counts.maxima["highest_reward"], counts.tally.resolved):
+        highest = counts.maxima["highest_reward"]
+        for warning in self._ada_signal_watch.update(highest, counts.tally.resolved):
             if self.accelerator.is_main_process:  # the counts are every process's: one warning is enough
-                logger.warning(warning)
+                logger.warning(f"\n{warning}")  # on a line of its own, not after the progress bar
+        for name, value in signal_metrics(highest, args.positive_threshold).items():
+            self._metrics["train"][name].append(value)
         shown = shown_counters(args.refill, args.prompt_selection != "none", args.pilot_size > 0)
         log_step(self._metrics["train"], counts, self.reward_func_names, shown, len(self.ada_memory))
         all_advantages = self.ada_collectives.gather_tensor(advantages).tolist()
