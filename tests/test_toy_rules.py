@@ -12,10 +12,10 @@ from trl_ada.toy import rules
     ("expression", "solution", "answer"),
     [
         ("38%7 23%4", "38%7=3\n23%4=3\n#3,3", "3,3"),  # 38 = 5*7 + 3, 23 = 5*4 + 3
-        ("17/5 39/9", "17/5=3\n39/9=4\n#3,4", "3,4"),  # 17 = 3*5 + 2, 39 = 4*9 + 3
-        ("29+7 31+5", "29+7=36\n31+5=36\n#36,36", "36,36"),
-        ("12-0 23-9", "12-0=12\n23-9=14\n#12,14", "12,14"),
-        ("30%3 10/9", None, None),  # two rules in one prompt
+        ("17@5 39@9", "17@5=8\n39@9=10\n#8,10", "8,10"),  # 85 = 7*11 + 8, 351 = 31*11 + 10
+        ("21+7 31+5", "21+7=28\n31+5=36\n#28,36", "28,36"),
+        ("12-0 29-9", "12-0=12\n29-9=20\n#12,20", "12,20"),
+        ("30%3 10@9", None, None),  # two rules in one prompt
         ("3%7 23%4", "3%7=3\n23%4=3\n#3,3", "3,3"),  # parse accepts it; the generator never draws a < 10
     ],
 )
@@ -41,7 +41,7 @@ def test_parse_refuses_what_the_task_never_makes_or_reads_a_single_pair(expressi
     [
         ("38%7=3\n23%4=3\n#3,3", "correct"),
         ("28%7=3\n23%4=3\n#3,3", "operand_error"),  # miscopied 38; the result is still 38 % 7
-        ("38/7=3\n23%4=3\n#3,3", "operand_error"),  # the wrong rule
+        ("38@7=3\n23%4=3\n#3,3", "operand_error"),  # the wrong rule
         ("38%7=3\n23%5=3\n#3,3", "operand_error"),
         ("38%7=4\n23%4=3\n#4,3", "arith_error"),
         ("38%7=3\n23%4=2\n#3,2", "arith_error"),
@@ -90,11 +90,19 @@ def test_every_character_of_the_task_is_one_token_and_the_longest_solution_fits(
     tokenizer = build_toy_tokenizer()
     longest = 0
     for symbol, rule in rules.RULES.items():
-        a, b = rule.left[1], rule.right[1]
-        solution = rules.solve(f"{a}{symbol}{b} {a}{symbol}{b}")[0]
+        for a, b in rule.facts():
+            solution = rules.solve(f"{a}{symbol}{b} {a}{symbol}{b}")[0]
+            longest = max(longest, len(solution) + 1)  # + EOS
         assert len(tokenizer.encode(solution, add_special_tokens=False)) == len(solution)
-        longest = max(longest, len(solution) + 1)  # + EOS
-    assert longest == 23 <= rules.MAX_COMPLETION_LENGTH
+    assert longest == 23 <= rules.MAX_COMPLETION_LENGTH  # "39+0=39\n39+0=39\n#39,39" and EOS
+
+
+def test_the_easy_rules_never_carry_or_borrow_and_the_hard_rules_take_every_pair():
+    facts = {symbol: rule.facts() for symbol, rule in rules.RULES.items()}
+    assert all(a % 10 + b <= 9 for a, b in facts["+"]) and all(b <= a % 10 for a, b in facts["-"])
+    # Per tens digit (1, 2, 3): 10 + 9 + ... + 1 = 55 pairs without a carry, and as many without a borrow.
+    assert len(facts["+"]) == len(facts["-"]) == 3 * 55
+    assert len(facts["@"]) == len(facts["%"]) == 30 * 7
 
 
 @pytest.mark.parametrize(
@@ -116,10 +124,10 @@ def test_warmup_stops_on_the_hard_rules_median_correct_chain_rate_and_few_zeros(
 
 def test_instrument_properties_on_hand_made_counts():
     # Four prompts of 10 samples: "+" rewarded 10, correct 10; "%" rewarded 1 (flawed), correct 0; "%" rewarded 1,
-    # correct 1; "/" rewarded 4, correct 3.
+    # correct 1; "@" rewarded 4, correct 3.
     verdicts = ["correct"] * 10 + ["operand_error"] * 10 + ["correct"] + ["arith_error"] * 9
     verdicts += ["correct"] * 3 + ["arith_error"] * 6 + ["truncated"]
-    got = rules.instrument_properties([10, 1, 1, 4], [10, 0, 1, 3], verdicts, ["+", "%", "%", "/"], 10)
+    got = rules.instrument_properties([10, 1, 1, 4], [10, 0, 1, 3], verdicts, ["+", "%", "%", "@"], 10)
     # Low p (reward rate <= 0.1): prompts 2 and 3, 2 rewarded samples, 1 of them flawed.
     assert got["flawed_rewarded_share_low_p"] == pytest.approx(0.5)
     assert got["rewarded_low_p"] == 2
@@ -135,7 +143,7 @@ def test_instrument_properties_on_hand_made_counts():
         "frac_zero": 0.5,
         "frac_band": 0.5,
     }
-    assert set(got["by_rule"]) == {"+", "%", "/"}
+    assert set(got["by_rule"]) == {"+", "%", "@"}
     errors = collections.Counter(v for v in verdicts if v != "correct")
     assert got["first_errors"] == {kind: count / 26 for kind, count in errors.items()}
 
@@ -146,7 +154,7 @@ def test_fresh_rows_are_distinct_and_the_epochs_setting_repeats_one_fixed_set():
     assert len(set(contents)) == 400
     assert all(rules.problem_split(c) == "train" for c in contents)
     shares = collections.Counter(fresh["rule"])
-    assert shares["/"] + shares["%"] > 0.6 * 400  # the training mix is mostly hard (0.75 expected)
+    assert shares["@"] + shares["%"] > 0.6 * 400  # the training mix is mostly hard (0.75 expected)
     epochs = [rules.rules_train_rows(400, seed=s, epochs=4) for s in (0, 1)]
     sets = [collections.Counter(prompt[-1]["content"] for prompt in rows["prompt"]) for rows in epochs]
     assert len(sets[0]) == 100 and set(sets[0].values()) == {4}
@@ -164,8 +172,8 @@ def test_heldout_holds_every_rule_equally_from_the_eval_side():
 
 
 def test_the_pool_is_counted_exactly():
-    # 300 facts per easy rule, 210 per hard rule, two pairs per prompt.
-    assert rules.pool_size() == 2 * 300**2 + 2 * 210**2
+    # 165 facts per easy rule, 210 per hard rule, two pairs per prompt.
+    assert rules.pool_size() == 2 * 165**2 + 2 * 210**2
     assert 0.7 < rules.pool_size("train") / rules.pool_size() < 0.8
 
 
@@ -235,6 +243,6 @@ def test_the_stop_check_samples_the_hard_rules_check_prompts(monkeypatch):
         "hard_median_p": 0.05,
         "hard_zero_share": 0.25,
     }
-    assert seen == {"rules": ["/", "/", "%", "%"], "num_samples": 20}
+    assert seen == {"rules": ["@", "@", "%", "%"], "num_samples": 20}
     # Rates 0.05, 0.05, 0.1, 0.1: median 0.075, none at 0.
     assert rules._stop_check(None, None)["stop"] is True

@@ -9,11 +9,12 @@ results after ``#``::
     23%4=3
     #3,3<|im_end|>
 
-Every pair is a two-digit number and a digit. Rules ``+`` and ``-`` are easy: the warm-up sees them often, and the
-warm model nearly always gets them right. Rules ``/`` (the whole quotient) and ``%`` (the remainder) are hard: each is
-a table of 210 facts of its own that prompts of the easy rules never exercise, and the warm-up sees them rarely. It
-stops on the hard rules' correct-chain pass rate (:func:`warmup_should_stop`), where a hard prompt's chain is right a
-few times in a hundred, so learning a hard rule is learning from its own rare positives.
+Every pair is a two-digit number and a digit. Rules ``+`` and ``-`` are easy (they change only the units digit): the
+warm-up sees them often, and the warm model nearly always gets them right. Rules ``%`` (the remainder of a by b) and
+``@`` (the remainder of a x b by 11) are hard: each is a table of 210 facts of its own that prompts of the easy rules
+never exercise, and the warm-up sees them rarely. It stops on the hard rules' correct-chain pass rate
+(:func:`warmup_should_stop`), where a hard prompt's chain is right a few times in a hundred, so learning a hard rule is
+learning from its own rare positives.
 
 :func:`rules_reward` reads only the final answer, as math RL reads the boxed answer. The answer lists every pair's
 result, so a completion whose chain went wrong rarely lands on it (:func:`check_chain` names a chain's first error,
@@ -64,7 +65,8 @@ RULES_VERSION = "u1"
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule: ``symbol`` joins a pair ``a`` and ``b`` drawn from the inclusive ranges ``left`` and ``right``."""
+    """One rule: ``symbol`` joins a pair ``a`` and ``b`` drawn from the inclusive ranges ``left`` and ``right`` where
+    ``allowed(a, b)``."""
 
     symbol: str
     meaning: str
@@ -72,25 +74,33 @@ class Rule:
     left: tuple[int, int]
     right: tuple[int, int]
     hard: bool
+    allowed: Callable[[int, int], bool] = lambda a, b: True
 
     def facts(self) -> list[tuple[int, int]]:
         """Every pair this rule draws from."""
-        return [(a, b) for a in range(self.left[0], self.left[1] + 1) for b in range(self.right[0], self.right[1] + 1)]
+        return [
+            (a, b)
+            for a in range(self.left[0], self.left[1] + 1)
+            for b in range(self.right[0], self.right[1] + 1)
+            if self.allowed(a, b)
+        ]
 
 
+# The easy rules change only the units digit (no carry, no borrow): copying the tens digit and one small sum, which
+# the warm-up masters early. Each hard rule needs the whole two-digit number.
 RULES: dict[str, Rule] = {
     rule.symbol: rule
     for rule in (
-        Rule("+", "a + b", lambda a, b: a + b, (10, 39), (0, 9), hard=False),
-        Rule("-", "a - b", lambda a, b: a - b, (10, 39), (0, 9), hard=False),
-        Rule("/", "the whole quotient of a by b", lambda a, b: a // b, (10, 39), (3, 9), hard=True),
+        Rule("+", "a + b", lambda a, b: a + b, (10, 39), (0, 9), hard=False, allowed=lambda a, b: a % 10 + b <= 9),
+        Rule("-", "a - b", lambda a, b: a - b, (10, 39), (0, 9), hard=False, allowed=lambda a, b: b <= a % 10),
+        Rule("@", "the remainder of a x b by 11", lambda a, b: a * b % 11, (10, 39), (3, 9), hard=True),
         Rule("%", "the remainder of a by b", lambda a, b: a % b, (10, 39), (3, 9), hard=True),
     )
 }
 EASY_RULES = tuple(symbol for symbol, rule in RULES.items() if not rule.hard)
 HARD_RULES = tuple(symbol for symbol, rule in RULES.items() if rule.hard)
 PAIRS = (2,)  # pairs per prompt, drawn uniformly: with three, a hard prompt's chain is right too rarely to learn from
-# The longest right completion: two lines such as "39+9=48" (8 tokens with the newline), "#48,48" and EOS: 23 tokens.
+# The longest right completion: two lines such as "39+0=39" (8 tokens with the newline), "#39,39" and EOS: 23 tokens.
 # Every character of this task is one token.
 MAX_COMPLETION_LENGTH = 32
 EOS_TOKEN_ID = 2  # the toy tokenizer's "<|im_end|>"
@@ -100,15 +110,15 @@ TRAIN_SEED = 4242
 HELDOUT_SEED = 1_000_003
 HELDOUT_PER_RULE = 64  # 256 held-out prompts, the same number from every rule
 # The RL training mix: mostly hard prompts, as math RL sets are filtered towards problems the model mostly fails.
-TRAIN_RULE_WEIGHTS = {"+": 0.125, "-": 0.125, "/": 0.375, "%": 0.375}
+TRAIN_RULE_WEIGHTS = {"+": 0.125, "-": 0.125, "@": 0.375, "%": 0.375}
 # The warm-up's mix: the hard rules rarely.
-WARMUP_RULE_WEIGHTS = {"+": 0.45, "-": 0.45, "/": 0.05, "%": 0.05}
+WARMUP_RULE_WEIGHTS = {"+": 0.45, "-": 0.45, "@": 0.05, "%": 0.05}
 
 # --------------------------------------------------------------------------------------------------------------------
 # Problems
 # --------------------------------------------------------------------------------------------------------------------
 
-_PAIR = re.compile(r"(\d+)([-+/%])(\d+)")
+_PAIR = re.compile(r"(\d+)([-+@%])(\d+)")
 
 
 def problem_split(expression: str) -> Split:
@@ -155,7 +165,7 @@ def solve(expression: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------------------------------
 
 CHAIN_ERRORS = ("operand_error", "arith_error", "malformed", "stopped_early", "answer_mismatch", "extra_text")
-_LINE = re.compile(r"(\d+)([-+/%])(\d+)=(\d+)")
+_LINE = re.compile(r"(\d+)([-+@%])(\d+)=(\d+)")
 
 
 def check_chain(expression: str, completion: str) -> str:
