@@ -1,7 +1,7 @@
 """A toy task built as an instrument for adaptive sampling: rules marked in the prompt, the hard ones rarely seen in
 the warm-up, an answer that only a correct chain reaches, and fresh prompts.
 
-A prompt is two or three pairs under one rule; the completion works out each pair on its own line, then lists the
+A prompt is two pairs under one rule; the completion works out each pair on its own line, then lists the
 results after ``#``::
 
     38%7 23%4        rule "%": the remainder of a by b
