@@ -1,6 +1,6 @@
 """TRL's asynchronous rollout worker against the Reinforce-Ada worker, on the step-time benchmark's emulated engine.
 
-    python benchmarks/async_worker.py            # paper-fit and uniform mixes, both regimes, 5 seeds: a few minutes
+    python benchmarks/async_worker.py            # paper-fit and uniform mixes, both regimes, 5 seeds: minutes
     python benchmarks/async_worker.py --quick    # seconds: 1 seed, 48 groups, 64 requests in flight
 
 What runs: the workers' own asyncio loops. `trl.experimental.async_grpo`'s `_AsyncRolloutLoop` (requests exactly
@@ -15,8 +15,8 @@ the virtual clock).
 
 The engine, the pass-rate mixes and the completions are step_time.py's (its module docstring has the event model):
 continuous batching, a decode step with b running sequences takes t(b) = t0 + c * b virtual seconds, no cap on
-running sequences other than the loops' own (TRL's `max_inflight_tasks` requests in flight; the Ada loop runs
-`max_inflight_tasks // max_in_flight` prompts, each with up to `max_in_flight` requests); prefill is free.
+running sequences other than the loops' own (`max_inflight_tasks` requests in flight; in the Ada loop each prompt
+has up to `max_in_flight` of them, and another prompt starts in the slots the open ones leave); prefill is free.
 Completion k of prompt i (k-th in request order) has a fixed reward and length per seed, shared by every method
 (common random numbers); prompts arrive as a stream, prompt i being the loop's group i.
 
@@ -32,8 +32,13 @@ was decided) and aborted while decoding; tokens decoded for the prompt, aborted 
 alone; virtual seconds per trained group (the time between the arrival of the warm-up's last group and the window's
 last, divided by the groups in the window); the share of trained groups whose rewards are not all equal (non-zero
 std: the group has a gradient); seconds per group with signal (the two divided); the engine's mean running sequences
-over the window. Each is a per-seed value; the tables give the mean over seeds with a 95% Student-t interval over
-seeds, and the ratios to TRL n=4 are computed per seed (same prompts and draws) before the same summary.
+over the window's decode steps and, since every request in flight decodes, the occupancy: that mean over
+`max_inflight_tasks`. Each is a per-seed value; the tables give the mean over seeds with a 95% Student-t interval
+over seeds, and the ratios to TRL n=4 are computed per seed (same prompts and draws) before the same summary.
+
+The occupancy table runs every method again at a few small `max_inflight_tasks` (`--small-inflight`, default 7, 8
+and 12: below, at and above the default per-prompt cap of 8), on the first mix, with at most 2 seeds, a sixteenth
+of the warm-up and an eighth of the window.
 """
 
 from __future__ import annotations
