@@ -38,6 +38,16 @@ Releases: the seams above were read in TRL 1.14.0, 1.14.1, 1.14.2, 1.15.0 and 1.
 touch this module: the loop takes `eos_token_ids` from 1.15.0 on (forwarded untouched), and `RolloutSample`'s arrays
 are lists before 1.16.0 (`_as_row` follows the installed annotation).
 
+Concurrency: TRL's loop keeps `max_inflight_tasks` requests in flight, whatever prompt they belong to. Here each prompt
+keeps up to its own cap (`max_in_flight`, default `samples_per_round`) and the prompts share the loop's
+`max_inflight_tasks` request slots (`RequestSlots`): a draw's request is sent once it holds a slot, draws waiting for
+one start oldest prompt first, then in request order, and whenever a slot is neither held nor waited for (the open
+prompts are at their caps, or near their budgets with fewer draws left to make) the loop opens the next prompt. A
+finished draw keeps its slot until its session has stepped, so a prompt's top-up is queued before the slot can go to a
+new prompt. Every open prompt holds a slot when the next one opens, so at most `max_inflight_tasks` prompts are open.
+Slots change when requests run, never what a session decides: each pool is still the first request-order prefix of
+its prompt's draws on which the rule holds.
+
 Staleness: a completion's version is the policy version when its request was dispatched (TRL tags a group with the
 version when its first request was dispatched, :626, the oldest of its requests). A pool may span versions; all
 rows of a kept group carry one tag, the *oldest* dispatch version among the kept completions, so the trainer's
