@@ -4,6 +4,7 @@ slots. Run on the asynchronous benchmark's virtual clock and emulated engine (`b
 events are exact: occupancy is counted by the engine itself, and each prompt's pool is checked against a schedule
 worked out by hand."""
 
+import asyncio
 import pathlib
 import sys
 
@@ -140,3 +141,55 @@ def test_each_pool_is_still_its_request_order_prefix_when_prompts_share_slots(mo
     assert costs == {0: (4, 3, 1, 6 + 2 + 3 + 1), 1: (4, 3, 1, 4 + 1 + 2 + 1)}
     assert sorted(records[0].rewards) == sorted(records[1].rewards) == [0.0, 1.0]
     assert sim.client.off_event_submits == 0
+
+
+def test_request_slots_go_to_the_oldest_prompt_and_a_finished_draw_holds_its_slot_until_settled():
+    """Two slots. A young prompt (priority 5) takes both; an older one (priority 1) then asks for one and waits. When
+    a young draw finishes, its slot stays held until the young session has stepped (`settle`), and then goes to the
+    older prompt's waiting draw before the young prompt's own top-up. Aborting a waiting draw withdraws it; closing a
+    backend hands its slots on, and `wake` says there is room for a new prompt."""
+    from types import SimpleNamespace
+
+    from trl_ada.async_worker import RequestSlots, TaskBackend
+    from trl_ada.engine import Draw
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        slots = RequestSlots(2)
+        started: list[str] = []
+        gates: dict[str, asyncio.Future] = {}
+
+        def requester(name: str):
+            count = iter(range(100))
+
+            async def start():
+                label = f"{name}{next(count)}"
+                started.append(label)
+                gates[label] = loop.create_future()
+                await gates[label]
+                return SimpleNamespace(completion_ids=[0])
+
+            return start
+
+        young = TaskBackend(requester("young"), slots, priority=5)
+        old = TaskBackend(requester("old"), slots, priority=1)
+        young.submit([Draw(0, 0), Draw(0, 1)])
+        old.submit([Draw(0, 0)])
+        assert (slots.held, slots.room, young.in_flight, old.in_flight) == (2, -1, 2, 0)
+        await asyncio.sleep(0)
+        gates["young0"].set_result(None)
+        (finished,) = await young.next_batch()
+        assert finished.ticket == 0 and slots.held == 2 and old.in_flight == 0  # still held: not settled yet
+        young.submit([Draw(0, 2)])  # the young session's top-up, made while stepping
+        young.settle()
+        assert (old.in_flight, young.in_flight, slots.held, slots.room) == (1, 1, 2, -1)  # the older prompt got it
+        slots.wake.clear()
+        young.abort([2])  # the waiting top-up is withdrawn
+        assert slots.room == 0 and not slots.wake.is_set()
+        await young.close()  # its running draw is cancelled and its slot handed on
+        assert (slots.held, slots.room, slots.wake.is_set()) == (1, 1, True)
+        await old.close()
+        assert (slots.held, slots.room) == (0, 2)
+        return started
+
+    assert asyncio.run(main()) == ["young0", "young1", "old0"]

@@ -545,7 +545,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         """Open prompts while `max_inflight_tasks` has room (a request slot no draw holds or waits for), each with its
         own engine session; queue each prompt's group for scoring when its session stops."""
         self._slots = slots = RequestSlots(max(1, self.max_inflight_tasks))  # this run's, on the running loop
-        sessions: dict[asyncio.Task, int] = {}
+        sessions: dict[asyncio.Task, TaskBackend] = {}
         work = self._prompt_iterator()
         self._generation_start_time = time.monotonic()
         try:
@@ -557,7 +557,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                     session, backend = self._open_prompt(group_id, row)  # its first draws take slots (or wait)
                     task = asyncio.create_task(self._sample_prompt(group_id, row, session, backend))
                     task.add_done_callback(lambda _: slots.wake.set())
-                    sessions[task] = group_id
+                    sessions[task] = backend
                 self._inflight = slots.held
                 if stop_event.is_set():
                     return  # a prompt may be far from its exit rule: cancel its requests (below), do not finish it
@@ -586,6 +586,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 task.cancel()
             if sessions:
                 await asyncio.gather(*sessions, return_exceptions=True)
+                # A prompt's requests start when it opens: close them even where its task was cancelled unstarted.
+                await asyncio.gather(*(backend.close() for backend in sessions.values()))
             try:
                 self._groups_to_score.put_nowait(None)
             except asyncio.QueueFull:
