@@ -1040,6 +1040,7 @@ __all__ = [
     "AdaRolloutLoop",
     "AdaRolloutWorker",
     "Completion",
+    "RequestSlots",
     "TaskBackend",
     "check_async_trl_version",
 ]
