@@ -1,6 +1,6 @@
 """TRL's asynchronous rollout worker against the Reinforce-Ada worker, on the step-time benchmark's emulated engine.
 
-    python benchmarks/async_worker.py            # paper-fit and uniform mixes, both regimes, 5 seeds: a few minutes
+    python benchmarks/async_worker.py            # paper-fit and uniform mixes, both regimes, 5 seeds: minutes
     python benchmarks/async_worker.py --quick    # seconds: 1 seed, 48 groups, 64 requests in flight
 
 What runs: the workers' own asyncio loops. `trl.experimental.async_grpo`'s `_AsyncRolloutLoop` (requests exactly
@@ -15,8 +15,8 @@ the virtual clock).
 
 The engine, the pass-rate mixes and the completions are step_time.py's (its module docstring has the event model):
 continuous batching, a decode step with b running sequences takes t(b) = t0 + c * b virtual seconds, no cap on
-running sequences other than the loops' own (TRL's `max_inflight_tasks` requests in flight; the Ada loop runs
-`max_inflight_tasks // max_in_flight` prompts, each with up to `max_in_flight` requests); prefill is free.
+running sequences other than the loops' own (`max_inflight_tasks` requests in flight; in the Ada loop each prompt
+has up to `max_in_flight` of them, and another prompt starts in the slots the open ones leave); prefill is free.
 Completion k of prompt i (k-th in request order) has a fixed reward and length per seed, shared by every method
 (common random numbers); prompts arrive as a stream, prompt i being the loop's group i.
 
@@ -32,8 +32,13 @@ was decided) and aborted while decoding; tokens decoded for the prompt, aborted 
 alone; virtual seconds per trained group (the time between the arrival of the warm-up's last group and the window's
 last, divided by the groups in the window); the share of trained groups whose rewards are not all equal (non-zero
 std: the group has a gradient); seconds per group with signal (the two divided); the engine's mean running sequences
-over the window. Each is a per-seed value; the tables give the mean over seeds with a 95% Student-t interval over
-seeds, and the ratios to TRL n=4 are computed per seed (same prompts and draws) before the same summary.
+over the window's decode steps and, since every request in flight decodes, the occupancy: that mean over
+`max_inflight_tasks`. Each is a per-seed value; the tables give the mean over seeds with a 95% Student-t interval
+over seeds, and the ratios to TRL n=4 are computed per seed (same prompts and draws) before the same summary.
+
+The occupancy table runs every method again at a few small `max_inflight_tasks` (`--small-inflight`, default 7, 8
+and 12: below, at and above the default per-prompt cap of 8), on the first mix's first seed, with a sixteenth of
+the warm-up and an eighth of the window.
 """
 
 from __future__ import annotations
@@ -481,6 +486,9 @@ def run(
     if not math.isclose(out["seconds"], expected, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(f"Virtual clock {out['seconds']} s per group, engine arithmetic {expected} s.")
     out["running"] = out["window_tokens"] / max(1, out["window_steps"])  # mean sequences decoding per step
+    # Every request in flight decodes (the engine has no cap of its own and prefill is free), so `running` is the mean
+    # of the requests in flight over the window's decode steps; occupancy is its share of max_inflight_tasks.
+    out["occupancy"] = out["running"] / max_inflight
     out["engine_tokens_per_group"] = out["window_tokens"] / groups  # every prompt's tokens in the window, per group
     out["off_event_submits"] = sim.client.off_event_submits
     out["virtual_seconds"] = sim.end_time
@@ -504,7 +512,7 @@ def in_regime(out: dict[str, Any], regime: Regime, groups: int) -> dict[str, Any
 
 
 SUMMARISED = ("started", "finished", "aborted", "tokens", "aborted_tokens", "seconds", "signal")
-SUMMARISED += ("seconds_per_signal", "lag", "stale", "running")
+SUMMARISED += ("seconds_per_signal", "lag", "stale", "running", "occupancy")
 
 
 def summarise(per_seed: dict[str, list[dict[str, Any]]], methods: Sequence[Method]) -> list[dict[str, Any]]:
@@ -539,8 +547,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The per-group table of one regime and mix."""
     lines = [
         "| method | requests started / finished / aborted | tokens (aborted) | seconds | x TRL n=4 | with signal | "
-        "seconds per group with signal (x TRL n=4) | running | version lag (> max_staleness) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "seconds per group with signal (x TRL n=4) | running | occupancy | version lag (> max_staleness) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = "-" if "seconds_x_trl4" not in r else fmt(r["seconds_x_trl4"])
@@ -551,8 +559,27 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             f"| {r['method']} | {r['started']['mean']:.2f} / {r['finished']['mean']:.2f} / {r['aborted']['mean']:.2f} "
             f"| {fmt(r['tokens'], '.0f')} ({r['aborted_tokens']['mean']:.0f}) | {fmt(r['seconds'], '.3f')} | {ratio} "
             f"| {fmt(r['signal'], '.1f', pct=True)} | {per_signal} | {r['running']['mean']:.0f} "
+            f"| {fmt(r['occupancy'], '.1f', pct=True)} "
             f"| {r['lag']['mean']:.2f} ({r['stale']['mean']:.1%}) |"
         )
+    return "\n".join(lines)
+
+
+def occupancy_table(summaries: dict[int, list[dict[str, Any]]], methods: Sequence[Method]) -> str:
+    """Per method, at each small max_inflight_tasks: mean requests in flight over the window's decode steps, and
+    that as a share of max_inflight_tasks [95% t-interval over seeds]."""
+    settings = sorted(summaries)
+    lines = [
+        "| method | per-prompt cap | " + " | ".join(f"max_inflight_tasks = {n}" for n in settings) + " |",
+        "|---|---|" + "---|" * len(settings),
+    ]
+    for i, method in enumerate(methods):
+        cap = "-" if method.ada is None else str(method.ada.max_in_flight or method.ada.samples_per_round)
+        cells = []
+        for n in settings:
+            row = summaries[n][i]
+            cells.append(f"{row['running']['mean']:.2f} of {n} ({fmt(row['occupancy'], '.1f', pct=True)})")
+        lines.append(f"| {method.name} | {cap} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -561,8 +588,10 @@ LEGEND = (
     "done before its abort), aborted while decoding; tokens: decoded for the group's prompt, aborted ones included "
     "(in brackets: the aborted ones); seconds: virtual seconds of generation per trained group at steady state; "
     "x TRL n=4: ratio to TRL n=4 on the same seed; with signal: share of trained groups whose rewards are not all "
-    "equal; running: mean sequences decoding per engine step; version lag: policy versions between a group's tag and "
-    "its arrival (in brackets: share above max_staleness, which the trainer would drop)."
+    "equal; running: mean sequences decoding per engine step, which is the mean of the requests in flight over the "
+    "decode steps (every request in flight decodes); occupancy: running / max_inflight_tasks; version lag: policy "
+    "versions between a group's tag and its arrival (in brackets: share above max_staleness, which the trainer would "
+    "drop)."
 )
 
 
@@ -571,6 +600,7 @@ def settings_table(args: argparse.Namespace, lengths: Lengths) -> str:
         ("engine", "step_time.py's EmulatedEngine: t(b) = t0 + c*b per decode step, prefill free", "cost.md (ours)"),
         *[(f"regime {n}", f"t0 = {REGIMES[n].t0:g} s, c = {REGIMES[n].c:g} s", "step_time.py") for n in args.regimes],
         ("max_inflight_tasks", str(args.max_inflight), "TRL's default rule: max_staleness x samples per step"),
+        ("occupancy table", ", ".join(map(str, args.small_inflight)) or "none", "max_inflight_tasks of its runs"),
         ("samples per trainer step", str(args.samples_per_step), "version moves on every this many rows"),
         ("max_staleness", str(args.max_staleness), "AsyncGRPOConfig's default"),
         (
@@ -603,6 +633,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="groups before the measured window (default 256; --quick 16)")
     parser.add_argument("--groups", type=int, help="measured groups per run (default 512; --quick 48)")
     parser.add_argument("--max-inflight", type=int, help="TRL's max_inflight_tasks (default 256; --quick 64)")
+    parser.add_argument(
+        "--small-inflight",
+        type=int,
+        nargs="*",
+        default=[7, 8, 12],
+        help="max_inflight_tasks of the occupancy table (default 7 8 12; none for no table)",
+    )
     parser.add_argument("--samples-per-step", type=int, default=64, help="rows per trainer step (default 64)")
     parser.add_argument("--max-staleness", type=int, default=4, help="AsyncGRPOConfig.max_staleness (default 4)")
     parser.add_argument("--methods", nargs="+", choices=[m.key for m in METHODS], help="default: all")
@@ -622,6 +659,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("seeds", "groups", "max_inflight", "samples_per_step"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if any(n < 1 for n in args.small_inflight):
+        parser.error("--small-inflight values must be >= 1")
+    args.small_inflight = sorted(set(args.small_inflight))
     if args.warmup < 0 or args.max_staleness < 0:
         parser.error("--warmup and --max-staleness must be >= 0")
     return args
@@ -637,16 +677,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"machine: {describe(machine)} (every time below is virtual)", flush=True)
     start = time.perf_counter()
     # Prompts enough for the warm-up, the window and whatever is in flight when the run stops (under one per request).
-    prompts = args.warmup + args.groups + args.max_inflight + 1
+    small_warmup, small_groups, small_seeds = args.warmup // 16, max(1, args.groups // 8), 1
+    prompts = max(
+        args.warmup + args.groups + args.max_inflight + 1,
+        small_warmup + small_groups + max(args.small_inflight, default=0) + 1,
+    )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": str(i)}]} for i in range(prompts)])
     results: dict[str, Any] = {}
     text = []
     simulated = REGIMES[args.regimes[0]]  # the clock runs in this one; the others follow from the same events
+    # The occupancy table: every method at a few small max_inflight_tasks, on the first mix's first seed, with a
+    # shorter window (at a few requests in flight a group takes many virtual seconds, which the loops' polls fill).
+    small: dict[int, dict[str, list[dict[str, Any]]]] = {n: {m.key: [] for m in methods} for n in args.small_inflight}
     for mix in args.mix:
         runs: dict[str, list[dict[str, Any]]] = {m.key: [] for m in methods}
         for seed in range(args.seeds):
             workload = Workload.draw(mix, prompts, seed, lengths)
             for method in methods:
+                for slots in args.small_inflight if mix == args.mix[0] and seed < small_seeds else ():
+                    small[slots][method.key].append(
+                        run(
+                            method,
+                            workload,
+                            simulated,
+                            dataset,
+                            max_inflight=slots,
+                            samples_per_step=args.samples_per_step,
+                            max_staleness=args.max_staleness,
+                            warmup=small_warmup,
+                            groups=small_groups,
+                        )
+                    )
                 runs[method.key].append(
                     run(
                         method,
@@ -673,9 +734,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             block = f"### {regime_name} regime (c = {regime.c:g}), {MIXES[mix]}\n\n{markdown_table(rows)}"
             text.append(block)
             print(f"\n{block}  ({time.perf_counter() - start:.0f} s)", flush=True)
+    if args.small_inflight:
+        summaries = {n: summarise(per_seed, methods) for n, per_seed in small.items()}
+        results["occupancy"] = {
+            "mix": MIXES[args.mix[0]],
+            "seeds": list(range(small_seeds)),
+            "warmup_groups": small_warmup,
+            "measured_groups": small_groups,
+            "summary": {str(n): rows for n, rows in summaries.items()},
+            "per_seed": {str(n): per_seed for n, per_seed in small.items()},
+        }
+        block = (
+            f"### Occupancy at small max_inflight_tasks, {MIXES[args.mix[0]]}\n\n"
+            f"Seed 0; groups: {small_warmup} warm-up, then {small_groups} "
+            f"measured. Occupancy is the same in both regimes.\n\n{occupancy_table(summaries, methods)}"
+        )
+        text.append(block)
+        print(f"\n{block}  ({time.perf_counter() - start:.0f} s)", flush=True)
     elapsed = time.perf_counter() - start
-    off_event = sum(r["off_event_submits"] for res in results.values() for v in res["per_seed"].values() for r in v)
-    off_event //= len(args.regimes)  # each run is counted once per regime
+    main_runs = [r for key, res in results.items() if key != "occupancy" for v in res["per_seed"].values() for r in v]
+    off_event = sum(r["off_event_submits"] for r in main_runs) // len(args.regimes)  # each run once per regime
+    off_event += sum(r["off_event_submits"] for per_seed in small.values() for v in per_seed.values() for r in v)
     print(f"\n{LEGEND}\n\nsubmits off the engine's event times: {off_event}; {elapsed:.0f} s", flush=True)
 
     name = args.name or ("async_worker_quick" if args.quick else "async_worker")
@@ -691,6 +770,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "warmup_groups": args.warmup,
             "measured_groups": args.groups,
             "max_inflight_tasks": args.max_inflight,
+            "occupancy_max_inflight_tasks": args.small_inflight,
             "samples_per_step": args.samples_per_step,
             "max_staleness": args.max_staleness,
             "lengths": asdict(lengths),

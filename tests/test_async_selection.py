@@ -1,8 +1,10 @@
 """Prompt selection, the pilot and refill in the asynchronous rollout worker, on CPU with a scripted completion source.
 
 The loop runs as in `test_async_worker` (its scripted `_generate_one_turn`). With `max_inflight_tasks` equal to the
-per-prompt in-flight cap the loop samples one prompt at a time, so group ids follow the dataset order (minus the rows
-selection skips) and groups are scored in id order: the expectations below are worked out by hand from that order.
+per-prompt in-flight cap (and to the pilot size, with a pilot) a prompt holds every request slot until it has made its
+last request, and the next prompt starts only in the slots its finished requests leave, so group ids follow the
+dataset order (minus the rows selection skips) and groups are scored in id order: the expectations below are worked
+out by hand from that order.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def test_an_agreeing_pilot_stops_at_pilot_size_and_asks_for_nothing_more(tokeniz
     assert 11 / 13 >= 0.8
     script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG]}, {B: [5.0]})  # B is still running when the test stops
     ada = AdaRolloutConfig(samples_per_round=4, max_rounds=2, prompt_id_column="qid", pilot_size=2)
-    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    # Two slots, the pilot's size: with more, B would start beside A's pilot (and A again, the dataset cycling).
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=2, ada=ada)
     loop.ada_memory.update_many([("id:0", 0, 8)])
     rows = run_pushed(loop, 1)[0]
     assert script.dispatched[A] == 2 and not script.cancelled[A]
@@ -153,7 +156,7 @@ def test_a_pilot_without_memory_goes_on(tokenizer: Any) -> None:
     prompt goes on and, all wrong, draws its whole budget of 8."""
     script = Script(tokenizer, {A: [WRONG], B: [RIGHT, WRONG]}, {B: [5.0]})
     ada = AdaRolloutConfig(samples_per_round=4, max_rounds=2, prompt_id_column="qid", pilot_size=2)
-    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=4, ada=ada)
+    loop = make_loop(AdaRolloutLoop, tokenizer, [A, B], script, num_generations=4, max_inflight_tasks=2, ada=ada)
     run_pushed(loop, 1)
     assert script.dispatched[A] == 8
     assert metrics_of(loop)["ada/pilot_stopped_total"] == [0.0]

@@ -289,7 +289,9 @@ def test_pool_is_a_request_order_prefix_not_the_first_to_finish(tokenizer: Any) 
     loop = make_loop(AdaRolloutLoop, tokenizer, [q], script, num_generations=2, max_inflight_tasks=4, ada=ada)
     rows = run_until(loop, 1)[0]
     assert sorted((s.metrics["reward"], s.advantage) for s in rows) == [(0.0, -0.5), (1.0, 0.5)]
-    assert metrics_of(loop)["ada/samples_per_prompt"][0] == (2.0, 1.0)
+    # Once this prompt has made its 8 requests, the next prompts (the dataset cycles: the same question, all wrong
+    # from there on, so pools of 8) run in the slots it leaves and may report first.
+    assert (2.0, 1.0) in metrics_of(loop)["ada/samples_per_prompt"]
 
 
 def test_leftover_requests_are_aborted(tokenizer: Any) -> None:

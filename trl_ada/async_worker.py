@@ -38,6 +38,16 @@ Releases: the seams above were read in TRL 1.14.0, 1.14.1, 1.14.2, 1.15.0 and 1.
 touch this module: the loop takes `eos_token_ids` from 1.15.0 on (forwarded untouched), and `RolloutSample`'s arrays
 are lists before 1.16.0 (`_as_row` follows the installed annotation).
 
+Concurrency: TRL's loop keeps `max_inflight_tasks` requests in flight, whatever prompt they belong to. Here each prompt
+keeps up to its own cap (`max_in_flight`, default `samples_per_round`) and the prompts share the loop's
+`max_inflight_tasks` request slots (`RequestSlots`): a draw's request is sent once it holds a slot, draws waiting for
+one start oldest prompt first, then in request order, and whenever a slot is neither held nor waited for (the open
+prompts are at their caps, or near their budgets with fewer draws left to make) the loop opens the next prompt. A
+finished draw keeps its slot until its session has stepped, so a prompt's top-up is queued before the slot can go to a
+new prompt. Every open prompt holds a slot when the next one opens, so at most `max_inflight_tasks` prompts are open.
+Slots change when requests run, never what a session decides: each pool is still the first request-order prefix of
+its prompt's draws on which the rule holds.
+
 Staleness: a completion's version is the policy version when its request was dispatched (TRL tags a group with the
 version when its first request was dispatched, :626, the oldest of its requests). A pool may span versions; all
 rows of a kept group carry one tag, the *oldest* dispatch version among the kept completions, so the trainer's
@@ -65,6 +75,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import heapq
 import inspect
 import logging
 import math
@@ -101,6 +112,7 @@ from .engine import (
     Pool,
     SamplingResult,
     Schedule,
+    StreamSession,
     downsample,
     has_signal,
     streaming_session,
@@ -283,27 +295,101 @@ class AdaGroup:
         return self.result.pools[0]
 
 
-class TaskBackend:
-    """`trl_ada.engine.Backend` over asyncio tasks: each draw is a task running `start()` on the running loop.
-    `next_batch` is the awaitable form of `wait`; `abort` cancels tasks, which closes their HTTP requests (vLLM
-    aborts a request whose client left). Tokens an aborted request had generated are not reported back (0)."""
+class RequestSlots:
+    """The loop's `max_inflight_tasks` requests, shared by every prompt being sampled (`limit` None: no limit).
 
-    def __init__(self, start: Callable[[], Awaitable[Completion]]) -> None:
+    A prompt's session submits draws up to its own in-flight cap; a draw runs (its request is sent) only while it
+    holds a slot. Draws waiting for one start as slots free, oldest prompt first, then in request order, so a prompt
+    never holds less than its cap while a younger prompt holds a slot it could have had, except for draws it asks
+    for later (after its pilot, say), which wait for the next free slot. A draw holds its slot until it is aborted or
+    its prompt's session has taken its finish (`TaskBackend.settle`, after the session's `step`): a prompt's top-up
+    competes for the slots its own finished requests leave before the loop can hand them to a new prompt.
+
+    `room` counts the slots no draw holds or waits for; `wake` is set whenever a change leaves it positive, and the
+    loop then opens another prompt. Only draws whose prompt is open wait, so with `room` positive every open prompt
+    holds at least one slot: the loop has at most `max_inflight_tasks` prompts open."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.held = 0  # slots held: draws running, or finished and not yet taken by their session
+        self._waiting: list[tuple[tuple[int, int], int, list[Any]]] = []  # heap of (priority, order, [start | None])
+        self._num_waiting = 0
+        self._order = 0
+        self.wake = asyncio.Event()
+
+    @property
+    def room(self) -> int | float:
+        free = math.inf if self.limit is None else self.limit - self.held
+        return free - self._num_waiting
+
+    def request(self, priority: tuple[int, int], start: Callable[[], None]) -> list[Any]:
+        """Queue a draw; `start()` is called when it gets a slot (at a `pump`). Returns its handle for `cancel`."""
+        entry: list[Any] = [start]
+        heapq.heappush(self._waiting, (priority, self._order, entry))
+        self._order += 1
+        self._num_waiting += 1
+        return entry
+
+    def cancel(self, entry: list[Any]) -> None:
+        """Withdraw a draw that is still waiting (it never starts)."""
+        if entry[0] is not None:
+            entry[0] = None
+            self._num_waiting -= 1
+
+    def release(self, count: int) -> None:
+        self.held -= count
+
+    def pump(self) -> None:
+        """Start waiting draws while slots are free, highest priority first; set `wake` if room is left."""
+        while self._waiting and (self.limit is None or self.held < self.limit):
+            _, _, entry = heapq.heappop(self._waiting)
+            start = entry[0]
+            if start is None:
+                continue  # cancelled while waiting
+            entry[0] = None
+            self._num_waiting -= 1
+            self.held += 1
+            start()
+        if self.room > 0:
+            self.wake.set()
+
+
+class TaskBackend:
+    """`trl_ada.engine.Backend` over asyncio tasks: each draw is a task running `start()` on the running loop, once
+    the draw holds one of `slots` (waiting ones start by `priority`, then ticket; without `slots`, at once).
+    `next_batch` is the awaitable form of `wait`; after the session has stepped through a batch, `settle` hands its
+    slots back. `abort` cancels tasks, which closes their HTTP requests (vLLM aborts a request whose client left),
+    and withdraws draws still waiting for a slot. Tokens an aborted request had generated are not reported back (0)."""
+
+    def __init__(
+        self, start: Callable[[], Awaitable[Completion]], slots: RequestSlots | None = None, priority: int = 0
+    ) -> None:
         self._start = start
-        self._tasks: dict[asyncio.Task, int] = {}  # in flight: task -> ticket
+        self._slots = slots or RequestSlots(None)
+        self._priority = priority
+        self._tasks: dict[asyncio.Task, int] = {}  # running: task -> ticket
+        self._waiting: dict[int, list[Any]] = {}  # ticket -> its entry in the slots' queue
         self._done: list[tuple[int, asyncio.Task]] = []
+        self._taken = 0  # draws handed over by the last `next_batch`, whose slots `settle` releases
         self._event = asyncio.Event()
 
     @property
     def in_flight(self) -> int:
+        """Draws running (holding a slot); draws waiting for one are not counted."""
         return len(self._tasks)
 
     def submit(self, draws: Sequence[Draw]) -> None:
-        loop = asyncio.get_running_loop()
         for draw in draws:
-            task = loop.create_task(self._start())
-            self._tasks[task] = draw.ticket
-            task.add_done_callback(self._finished)
+            start = functools.partial(self._run, draw.ticket)
+            self._waiting[draw.ticket] = self._slots.request((self._priority, draw.ticket), start)
+        self._slots.pump()
+
+    def _run(self, ticket: int) -> None:
+        """The draw got its slot: send its request."""
+        del self._waiting[ticket]
+        task = asyncio.get_running_loop().create_task(self._start())
+        self._tasks[task] = ticket
+        task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task) -> None:
         ticket = self._tasks.pop(task, None)
@@ -316,31 +402,51 @@ class TaskBackend:
         raise RuntimeError("TaskBackend runs on an event loop: await next_batch() instead of wait().")
 
     async def next_batch(self) -> list[Finished]:
-        """Every draw finished since the last call (at least one); raises the first draw that failed."""
+        """Every draw finished since the last call (at least one); raises the first draw that failed. Their slots stay
+        held until `settle`."""
         while not self._done:
             self._event.clear()
             await self._event.wait()
         batch, self._done = self._done, []
+        self._taken += len(batch)
         finished = []
         for ticket, task in batch:
             completion = task.result()
             finished.append(Finished(ticket, completion, len(completion.completion_ids)))
         return finished
 
+    def settle(self) -> None:
+        """Release the slots of the draws the last `next_batch` handed over (call it once the session has stepped,
+        so that its top-up already waits) and start waiting draws in the free slots."""
+        self._slots.release(self._taken)
+        self._taken = 0
+        self._slots.pump()
+
     def abort(self, tickets: Sequence[int]) -> int:
         wanted = set(tickets)
+        for ticket in wanted & self._waiting.keys():
+            self._slots.cancel(self._waiting.pop(ticket))
+        released = 0
         for task, ticket in list(self._tasks.items()):
             if ticket in wanted:
                 del self._tasks[task]  # first, so that `_finished` ignores it
                 task.cancel()
+                released += 1
+        self._slots.release(released)  # handed on at the next `settle` (the session is stepping)
         return 0
 
     async def close(self) -> None:
-        """Cancel whatever is still in flight and wait until it has stopped."""
+        """Cancel whatever is still in flight or waiting, hand every slot back and wait until it has stopped."""
+        for entry in self._waiting.values():
+            self._slots.cancel(entry)
+        self._waiting.clear()
         tasks = list(self._tasks)
         self._tasks.clear()
         for task in tasks:
             task.cancel()
+        self._slots.release(len(tasks) + len(self._done) + self._taken)
+        self._done, self._taken = [], 0
+        self._slots.pump()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -372,12 +478,13 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._ada_drop_guard_warned = False
         self._pilot_keys: list[str] = []
         self._pilot_rule: Callable[[int, Pool], bool] | None = None
-        # Prompts sampled at once: each keeps up to its in-flight cap of requests, so this many keep the loop's
-        # `max_inflight_tasks` requests busy and never exceed it.
+        # Each prompt keeps up to its in-flight cap of requests; the loop's `max_inflight_tasks` requests are shared
+        # (`RequestSlots`): when the open prompts hold fewer, the loop opens another in the free slots.
         per_prompt = self.ada.max_in_flight or self.ada_schedule.samples_per_round
         self._per_prompt_in_flight = min(per_prompt, max(1, self.max_inflight_tasks))
+        # Prompts that fill `max_inflight_tasks` at their caps: one pilot rule serves this many prompts in turn.
         self.concurrent_prompts = max(1, self.max_inflight_tasks // self._per_prompt_in_flight)
-        self._backends: set[TaskBackend] = set()
+        self._slots = RequestSlots(max(1, self.max_inflight_tasks))
 
     def _prompt_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Each dataset row once, as `(group_id, row)`, cycling over epochs as TRL's `_repeat_iterator` does (which
@@ -435,20 +542,26 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return Pilot(self.ada.pilot_size, lambda _session_index, pool: rule(index, pool))
 
     async def _generate_loop(self, stop_event: asyncio.Event) -> None:
-        sessions: dict[asyncio.Task, int] = {}
+        """Open prompts while `max_inflight_tasks` has room (a request slot no draw holds or waits for), each with its
+        own engine session; queue each prompt's group for scoring when its session stops."""
+        self._slots = slots = RequestSlots(max(1, self.max_inflight_tasks))  # this run's, on the running loop
+        sessions: dict[asyncio.Task, TaskBackend] = {}
         work = self._prompt_iterator()
         self._generation_start_time = time.monotonic()
         try:
             while True:
                 self._heartbeat_value.value = time.time()  # wall clock: the parent compares with time.time()
-                while len(sessions) < self.concurrent_prompts and not stop_event.is_set():
+                slots.wake.clear()
+                while slots.room > 0 and not stop_event.is_set():
                     group_id, row = next(work)
-                    sessions[asyncio.create_task(self._sample_prompt(group_id, row))] = group_id
-                self._inflight = sum(backend.in_flight for backend in self._backends)
+                    session, backend = self._open_prompt(group_id, row)  # its first draws take slots (or wait)
+                    task = asyncio.create_task(self._sample_prompt(group_id, row, session, backend))
+                    task.add_done_callback(lambda _: slots.wake.set())
+                    sessions[task] = backend
+                self._inflight = slots.held
                 if stop_event.is_set():
                     return  # a prompt may be far from its exit rule: cancel its requests (below), do not finish it
-                done, _ = await asyncio.wait(sessions, return_when=asyncio.FIRST_COMPLETED, timeout=0.1)
-                for task in done:
+                for task in [task for task in sessions if task.done()]:  # in the order the prompts were opened
                     sessions.pop(task)
                     group = task.result()  # a failed draw fails the loop, as in TRL's
                     group.queued_at = time.monotonic()
@@ -464,20 +577,27 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                             await asyncio.sleep(0.1)
                     if t_blocked is not None:
                         self._push_metrics({"rollout/score_block_s": time.monotonic() - t_blocked})
+                try:  # woken when room appears or a prompt stops; else, now and then, for the heartbeat and a stop
+                    await asyncio.wait_for(slots.wake.wait(), timeout=0.5)  # the score loop's period
+                except TimeoutError:
+                    pass
         finally:
             for task in sessions:
                 task.cancel()
             if sessions:
                 await asyncio.gather(*sessions, return_exceptions=True)
+                # A prompt's requests start when it opens: close them even where its task was cancelled unstarted.
+                await asyncio.gather(*(backend.close() for backend in sessions.values()))
             try:
                 self._groups_to_score.put_nowait(None)
             except asyncio.QueueFull:
                 pass
 
-    async def _sample_prompt(self, group_id: int, row: dict[str, Any]) -> AdaGroup:
-        """One prompt's streaming successive elimination: the engine's session, fed by this loop's requests."""
+    def _open_prompt(self, group_id: int, row: dict[str, Any]) -> tuple[StreamSession, TaskBackend]:
+        """One prompt's streaming successive elimination, started: the engine's session, fed by this loop's requests
+        through the shared slots (an older prompt's draws go first: `priority` is the group id)."""
         reward_kwargs = {k: v for k, v in row.items() if k not in {"prompt", "completion", "completion_ids"}}
-        backend = TaskBackend(lambda: self._draw(row, reward_kwargs, group_id))
+        backend = TaskBackend(lambda: self._draw(row, reward_kwargs, group_id), self._slots, priority=group_id)
         session = streaming_session(
             1,
             self.ada_schedule,
@@ -486,13 +606,19 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             max_in_flight=self._per_prompt_in_flight,
             pilot=self._pilot(self._memory_key(row)),
         )
-        self._backends.add(backend)
+        session.start()
+        return session, backend
+
+    async def _sample_prompt(
+        self, group_id: int, row: dict[str, Any], session: StreamSession, backend: TaskBackend
+    ) -> AdaGroup:
+        """Drive an opened prompt's session to its end: each batch of finished draws is stepped through the stopping
+        rule, then its slots are handed back (to this prompt's top-up first, if it is the oldest waiting)."""
         try:
-            session.start()
             while session.in_flight:
                 session.step(await backend.next_batch())
+                backend.settle()
         finally:
-            self._backends.discard(backend)
             await backend.close()
         return AdaGroup(group_id, row, session.finish())
 
@@ -914,6 +1040,7 @@ __all__ = [
     "AdaRolloutLoop",
     "AdaRolloutWorker",
     "Completion",
+    "RequestSlots",
     "TaskBackend",
     "check_async_trl_version",
 ]
