@@ -12,7 +12,7 @@ from trl_ada.toy import rules
     ("expression", "solution", "answer"),
     [
         ("38%7 23%4", "38%7=3\n23%4=3\n#3,3", "3,3"),  # 38 = 5*7 + 3, 23 = 5*4 + 3
-        ("17@5 39@9", "17@5=8\n39@9=10\n#8,10", "8,10"),  # 85 = 7*11 + 8, 351 = 31*11 + 10
+        ("17@5 39@9", "17@5=1\n39@9=3\n#1,3", "1,3"),  # 85 = 14*6 + 1, 351 = 58*6 + 3
         ("21+7 31+5", "21+7=28\n31+5=36\n#28,36", "28,36"),
         ("12-0 29-9", "12-0=12\n29-9=20\n#12,20", "12,20"),
         ("30%3 10@9", None, None),  # two rules in one prompt
@@ -246,3 +246,29 @@ def test_the_stop_check_samples_the_hard_rules_check_prompts(monkeypatch):
     assert seen == {"rules": ["@", "@", "%", "%"], "num_samples": 20}
     # Rates 0.05, 0.05, 0.1, 0.1: median 0.075, none at 0.
     assert rules._stop_check(None, None)["stop"] is True
+
+
+@pytest.mark.slow
+def test_the_shipped_warm_model_has_the_instruments_properties():
+    """The shipped seed-0 model, measured as the learning benchmark's testbed measures it (64 samples a prompt), on
+    the first 256 of seed 0's fresh training prompts: real positives and hard prompts at low pass rates."""
+    import json
+    import pathlib
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.toy import toy_model_dir, toy_threads
+
+    path = toy_model_dir(task="rules")
+    info = json.loads((pathlib.Path(path) / "toy_info.json").read_text())
+    # The warm-up stopped by its rule, not at its step cap; its last check met the rule.
+    last = info["checks"][-1]
+    assert info["hit_step_cap"] is False and info["task"] == "rules"
+    assert rules.WARMUP_BAND[0] <= last["hard_median_p"] <= rules.WARMUP_BAND[1]
+    assert last["hard_zero_share"] < rules.WARMUP_MAX_ZERO_SHARE
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    with toy_threads():
+        got = rules.measure_instrument(model, tokenizer, rules.rules_train_rows(256, seed=0), num_samples=64)
+    assert got["flawed_rewarded_share_low_p"] <= 0.10
+    assert got["frac_hard_low_p"] >= 0.30
+    assert got["by_rule"]["+"]["correct_chain_accuracy"] > 0.8 and got["by_rule"]["-"]["correct_chain_accuracy"] > 0.8

@@ -109,7 +109,8 @@ def _toy_model_path(
         if task != "arithmetic":
             info["task"] = task
         if warmup:
-            _log(f"building {target} (supervised warm-up, stops at accuracy >= {spec.target_accuracy})")
+            stops = spec.warmup_stop or f"accuracy >= {spec.target_accuracy}"
+            _log(f"building {target} (supervised warm-up, stops at {stops})")
             with _num_threads(_WARMUP_NUM_THREADS), torch.random.fork_rng(devices=[]):
                 info |= spec.warmup(model, tokenizer, seed)
             _log(f"warm-up done: {info['steps']} steps, accuracy {info['check_accuracy']:.3f}, {info['seconds']:.0f}s")

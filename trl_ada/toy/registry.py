@@ -33,6 +33,8 @@ class ToyTask:
     # What the learning benchmark measures of a start model beyond `sample_properties`: (model, tokenizer, prompts)
     # -> a dict, for a task built as an instrument (the "rules" tasks); None for the others.
     instrument: Callable[..., dict] | None = None
+    # When the warm-up stops, in words, for a task whose warm-up stops on more than `target_accuracy`.
+    warmup_stop: str | None = None
 
 
 # Task name -> "module:function": the module of this package that defines the task, and its function returning the

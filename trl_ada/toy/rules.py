@@ -11,7 +11,7 @@ results after ``#``::
 
 Every pair is a two-digit number and a digit. Rules ``+`` and ``-`` are easy (they change only the units digit): the
 warm-up sees them often, and the warm model nearly always gets them right. Rules ``%`` (the remainder of a by b) and
-``@`` (the remainder of a x b by 11) are hard: each is a table of 210 facts of its own that prompts of the easy rules
+``@`` (the remainder of a x b by 6) are hard: each is a table of 210 facts of its own that prompts of the easy rules
 never exercise, and the warm-up sees them rarely. It stops on the hard rules' correct-chain pass rate
 (:func:`warmup_should_stop`), where a hard prompt's chain is right a few times in a hundred, so learning a hard rule is
 learning from its own rare positives.
@@ -93,7 +93,7 @@ RULES: dict[str, Rule] = {
     for rule in (
         Rule("+", "a + b", lambda a, b: a + b, (10, 39), (0, 9), hard=False, allowed=lambda a, b: a % 10 + b <= 9),
         Rule("-", "a - b", lambda a, b: a - b, (10, 39), (0, 9), hard=False, allowed=lambda a, b: b <= a % 10),
-        Rule("@", "the remainder of a x b by 11", lambda a, b: a * b % 11, (10, 39), (3, 9), hard=True),
+        Rule("@", "the remainder of a x b by 6", lambda a, b: a * b % 6, (10, 39), (3, 9), hard=True),
         Rule("%", "the remainder of a by b", lambda a, b: a % b, (10, 39), (3, 9), hard=True),
     )
 }
@@ -112,7 +112,7 @@ HELDOUT_PER_RULE = 64  # 256 held-out prompts, the same number from every rule
 # The RL training mix: mostly hard prompts, as math RL sets are filtered towards problems the model mostly fails.
 TRAIN_RULE_WEIGHTS = {"+": 0.125, "-": 0.125, "@": 0.375, "%": 0.375}
 # The warm-up's mix: the hard rules rarely.
-WARMUP_RULE_WEIGHTS = {"+": 0.45, "-": 0.45, "@": 0.05, "%": 0.05}
+WARMUP_RULE_WEIGHTS = {"+": 0.425, "-": 0.425, "@": 0.075, "%": 0.075}
 
 # --------------------------------------------------------------------------------------------------------------------
 # Problems
@@ -408,6 +408,7 @@ def correct_chains(
 
 
 def _stop_check(model: transformers.PreTrainedModel, tokenizer: transformers.PreTrainedTokenizerBase) -> dict:
+    """The warm-up's check: its "accuracy" is the hard check prompts' mean correct-chain pass rate."""
     _, correct, _ = correct_chains(model, tokenizer, _hard_check_set(), WARMUP_CHECK_SAMPLES)
     rates = [c / WARMUP_CHECK_SAMPLES for c in correct]
     return {
@@ -530,6 +531,10 @@ def rules_task(name: str = "rules") -> ToyTask:
         train_rows=lambda rows, seed: rules_train_rows(rows, seed, epochs),
         heldout=rules_heldout,
         instrument=measure_instrument,
+        warmup_stop=(
+            f"the hard rules' median correct-chain pass rate in [{WARMUP_BAND[0]}, {WARMUP_BAND[1]}] with under "
+            f"{WARMUP_MAX_ZERO_SHARE:.0%} of their check prompts at 0 of {WARMUP_CHECK_SAMPLES}"
+        ),
     )
 
 

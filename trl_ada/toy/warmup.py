@@ -129,10 +129,8 @@ def supervised_warmup(
             checks.append(check)
             elapsed = time.perf_counter() - start
             details = "".join(f" {k} {v:.3f}" for k, v in check.items() if k not in ("step", "accuracy"))
-            _log(
-                f"warm-up step {step:4d} loss {loss_value:.4f} held-out sampled acc {accuracy:.3f}{details} "
-                f"({elapsed:.0f}s)"
-            )
+            label = "held-out sampled acc" if recipe.stop_check is None else "check accuracy"
+            _log(f"warm-up step {step:4d} loss {loss_value:.4f} {label} {accuracy:.3f}{details} ({elapsed:.0f}s)")
             if stopped:
                 break
     capped = not stopped
