@@ -155,11 +155,18 @@ def test_fresh_rows_are_distinct_and_the_epochs_setting_repeats_one_fixed_set():
     assert all(rules.problem_split(c) == "train" for c in contents)
     shares = collections.Counter(fresh["rule"])
     assert shares["@"] + shares["%"] > 0.6 * 400  # the training mix is mostly hard (0.75 expected)
-    epochs = [rules.rules_train_rows(400, seed=s, epochs=4) for s in (0, 1)]
+    size = rules.EPOCH_PROMPTS
+    epochs = [rules.rules_train_rows(4 * size, seed=s, epochs=4) for s in (0, 1)]
     sets = [collections.Counter(prompt[-1]["content"] for prompt in rows["prompt"]) for rows in epochs]
-    assert len(sets[0]) == 100 and set(sets[0].values()) == {4}
+    assert len(sets[0]) == size and set(sets[0].values()) == {4}
     assert sets[0] == sets[1]  # the same fixed set for every seed ...
     assert epochs[0]["prompt"] != epochs[1]["prompt"]  # ... in the seed's order
+    # A longer run (token-matched methods train up to 1.4x the steps) passes over the same set, its first rows the
+    # shorter run's.
+    longer = rules.rules_train_rows(int(5.6 * size), seed=0, epochs=4)
+    assert {prompt[-1]["content"] for prompt in longer["prompt"]} == set(sets[0])
+    assert longer["prompt"][: 4 * size] == epochs[0]["prompt"]
+    assert rules.rules_train_rows(500, seed=3)["prompt"][:400] == fresh["prompt"]  # fresh rows keep their prefix too
 
 
 def test_heldout_holds_every_rule_equally_from_the_eval_side():

@@ -6,9 +6,11 @@ once the model is *partly* right. The point of the warm-up is a policy whose per
 (0, 1): prompts that are always or never solved give GRPO no gradient, so adaptive sampling has something to improve
 on.
 
-Two tasks are built in (:data:`TASKS`; :func:`toy_task` describes each, ``toy_model_dir(task=...)`` picks one):
-"arithmetic" (:mod:`trl_ada.toy.arithmetic`: ``47-8`` answered with one number, the default) and "reasoning"
-(:mod:`trl_ada.toy.reasoning`: ``7+5-3+8`` worked one operation per line). The modules:
+Three tasks are built in (:data:`TASKS`; :func:`toy_task` describes each, ``toy_model_dir(task=...)`` picks one):
+"arithmetic" (:mod:`trl_ada.toy.arithmetic`: ``47-8`` answered with one number, the default), "reasoning"
+(:mod:`trl_ada.toy.reasoning`: ``7+5-3+8`` worked one operation per line) and "rules" (:mod:`trl_ada.toy.rules`:
+``38%7 23%4``, rules marked in the prompt, the hard ones rarely seen in the warm-up; the learning benchmark's
+instrument, with a second setting, "rules-epochs", that revisits a fixed set). The modules:
 
 - :mod:`~trl_ada.toy.model`: the tokenizer and model every task shares;
 - :mod:`~trl_ada.toy.threads`: torch threads for the toy model (one);
@@ -18,8 +20,8 @@ Two tasks are built in (:data:`TASKS`; :func:`toy_task` describes each, ``toy_mo
   registered there with one line);
 - :mod:`~trl_ada.toy.cache`: :func:`toy_model_dir`, the shipped warm models and the cached built ones.
 
-The warm model for seed 0 ships with the package for each task (``trl_ada/toy_warm``, 2.1 MB, and
-``trl_ada/toy_warm_reasoning``): where learning "clicks" during the warm-up depends on the last bits of every float
+The warm model for seed 0 ships with the package for each task (``trl_ada/toy_warm``, 2.1 MB,
+``trl_ada/toy_warm_reasoning`` and ``trl_ada/toy_warm_rules``): where learning "clicks" during the warm-up depends on the last bits of every float
 operation, so the same code stops at a different step on another CPU (500 steps on one machine, 600 on another) and
 every number measured after it differs. Shipping the weights gives every machine the same start;
 ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.

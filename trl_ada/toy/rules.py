@@ -311,16 +311,18 @@ def rules_heldout(num_prompts: int = 4 * HELDOUT_PER_RULE) -> datasets.Dataset:
     return datasets.concatenate_datasets(parts)
 
 
-EPOCHS = 4  # passes over the fixed set in the "rules-epochs" setting
+EPOCHS = 4  # passes over the fixed set in the "rules-epochs" setting, for the benchmark's 300 steps x 16 prompts
+EPOCH_PROMPTS = 1200  # the fixed set's size: 300 x 16 / EPOCHS, the same whatever a run's length
 
 
 def rules_train_rows(rows: int, seed: int = 0, epochs: int = 1) -> datasets.Dataset:
     """A run's ``rows`` training rows from the "train" side. ``epochs=1``: fresh prompts, distinct within the run,
-    drawn in ``seed``'s order. ``epochs > 1``: ``epochs`` passes over one fixed set of ``ceil(rows / epochs)``
-    prompts, the same for every seed, each pass in a seeded order."""
+    drawn in ``seed``'s order (a longer run's first rows are a shorter one's). ``epochs > 1``: passes over one fixed
+    set of :data:`EPOCH_PROMPTS` prompts, the same for every seed and every run length, each pass in a seeded order
+    (the last one cut short)."""
     if epochs == 1:
         return make_rules_dataset(rows, seed=seed, split="train")
-    fixed = make_rules_dataset(-(-rows // epochs), seed=TRAIN_SEED, split="train")
+    fixed = make_rules_dataset(EPOCH_PROMPTS, seed=TRAIN_SEED, split="train")
     rng = random.Random(seed)
     order: list[int] = []
     while len(order) < rows:
