@@ -21,10 +21,10 @@ instrument, with a second setting, "rules-epochs", that revisits a fixed set). T
 - :mod:`~trl_ada.toy.cache`: :func:`toy_model_dir`, the shipped warm models and the cached built ones.
 
 The warm model for seed 0 ships with the package for each task (``trl_ada/toy_warm``, 2.1 MB,
-``trl_ada/toy_warm_reasoning`` and ``trl_ada/toy_warm_rules``): where learning "clicks" during the warm-up depends on the last bits of every float
-operation, so the same code stops at a different step on another CPU (500 steps on one machine, 600 on another) and
-every number measured after it differs. Shipping the weights gives every machine the same start;
-``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
+``trl_ada/toy_warm_reasoning`` and ``trl_ada/toy_warm_rules``): where learning "clicks" during the warm-up depends on
+the last bits of every float operation, so the same code stops at a different step on another CPU (500 steps on one
+machine, 600 on another) and every number measured after it differs. Shipping the weights gives every machine the
+same start; ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
 
 Typical use::
 
