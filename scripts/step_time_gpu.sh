@@ -37,7 +37,7 @@
 #   PORT             8000        the server's port
 #   GPU              0           CUDA_VISIBLE_DEVICES for the server
 #   PYTHON           python      the interpreter trl-ada is installed in
-#   NAME             step_time_vllm_gpu   result file stem, under benchmarks/results/
+#   NAME             step_time_vllm_gpu   result file stem, under benchmarks/results/step_time/
 #   OUTPUT_DIR       ./step_time_gpu_outputs   the server's log
 set -euo pipefail
 
@@ -120,6 +120,7 @@ ARGS=(
     --repeats "$REPEATS"
     --max-tokens "$MAX_TOKENS"
     --reward "$REWARD"
+    --output-dir "$ROOT/benchmarks/results/step_time"
     --name "$NAME"
     --device-note "$NOTE"
 )
@@ -127,4 +128,4 @@ ARGS=(
 # The client runs on the CPU; it needs no GPU.
 CUDA_VISIBLE_DEVICES="" "$PYTHON" "$ROOT/benchmarks/step_time_vllm.py" "${ARGS[@]}" "$@" |
     tee "$OUTPUT_DIR/$NAME.log"
-echo "step_time_gpu.sh: results in $ROOT/benchmarks/results/$NAME.json and .md; server log $OUTPUT_DIR/server.log"
+echo "step_time_gpu.sh: results in $ROOT/benchmarks/results/step_time/$NAME.json and .md; server log $OUTPUT_DIR/server.log"

@@ -196,7 +196,7 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
 def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
     # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
     # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
-    report = learning_per_token.RESULTS / "learning_per_token_reasoning_memory.json"
+    report = learning_per_token.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json"
     argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
     combined = learning_per_token.main(argv)
     rows = {row["key"]: row for row in combined["summary"]}

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = [README, ROOT / "CONTRIBUTING.md", ROOT / "recipes" / "README.md", ROOT / "benchmarks" / "README.md"]
+DOCS += [ROOT / "benchmarks" / "results" / "README.md"]
 DOCS += sorted((ROOT / "docs").glob("*.md"))
 
 
