@@ -137,3 +137,26 @@ def test_heldout_curve_records_counts_labels_and_entropy_beside_the_same_accurac
     # Unmeasured fields stay out of the JSON.
     assert set(plain.as_dict()) == {"step", "tokens", "seconds", "accuracy", "correct", "accuracy_by_label"}
     assert point.as_dict()["correct"] == list(point.correct)
+
+
+def test_heldout_entropy_is_taken_over_each_prompts_first_samples():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.demo import ENTROPY_SAMPLES, GenerationCounter, HeldoutCurve
+    from trl_ada.toy import SHIPPED_WARM_DIR, make_arithmetic_dataset, sample_completions
+
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_WARM_DIR)
+    heldout = make_arithmetic_dataset(3, seed=1_000_003, split="eval")
+    n = ENTROPY_SAMPLES + 2
+    curve = HeldoutCurve(model, tokenizer, heldout, GenerationCounter(), 1, n, seed=5, entropy=True)
+    curve._evaluate(0)
+    # The same samples, drawn independently; the entropy over each prompt's first ENTROPY_SAMPLES of them.
+    _, ids = sample_completions(model, tokenizer, heldout, n, 8, seed=5)
+    texts = tokenizer.apply_chat_template(list(heldout["prompt"]), add_generation_prompt=True, tokenize=False)
+    prompts = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    firsts = [ids[i * n + j] for i in range(3) for j in range(ENTROPY_SAMPLES)]
+    expected = mean_token_entropy(model, tokenizer, [p for p in prompts for _ in range(ENTROPY_SAMPLES)], firsts)
+    everything = mean_token_entropy(model, tokenizer, [p for p in prompts for _ in range(n)], ids)
+    assert curve.checkpoints[0].entropy == pytest.approx(expected, rel=1e-9)
+    assert expected != pytest.approx(everything, rel=1e-9)  # the subset is not the whole, so the test can tell
