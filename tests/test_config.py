@@ -234,6 +234,7 @@ def test_every_numeric_field_the_config_adds_is_type_checked():
 
     grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
     added = [f for f in dataclasses.fields(ReinforceAdaConfig) if f.name not in grpo]
+
     # HfArgumentParser replaces a field's string annotation with the type it names (the CLI's tests build one), so
     # spell either form the same way: "int", "float | None".
     def spelled(annotation):
