@@ -652,3 +652,34 @@ def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_d
     assert engine.Tally.__dict__["of"] is originals["of"] and engine.Tally.metrics is originals["metrics"]
     assert rounds.Rollouts.add is originals["add"]
     assert "ours / Ada step time" in (tmp_path / "tiny.md").read_text()
+
+
+def test_the_claims_methods_build_the_papers_configurations():
+    """Each method of the claims table builds the configuration its row names, and the ones that generate at least
+    twice GRPO n=4's tokens a step train its steps."""
+    import warnings
+
+    from trl_ada.demo import _toy_config, _toy_settings
+
+    expected = {  # key -> (trainer, strategy, weighting, allocation, group)
+        "ada-est": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_sqrt_p", 4),
+        "ada-est-noweight": ("ReinforceAdaTrainer", "estimate", "none", "inv_sqrt_p", 4),
+        "ada-est-invp": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_p", 4),
+        "ada-positive-weight": ("ReinforceAdaTrainer", "positive", "inv_sqrt_p", None, 4),
+        "ada-balanced-weight": ("ReinforceAdaTrainer", "balanced", "inv_sqrt_p", None, 4),
+        "grpo-6": ("GRPOTrainer", None, None, None, 6),
+        "grpo-10": ("GRPOTrainer", None, None, None, 10),
+        "grpo-12": ("GRPOTrainer", None, None, None, 12),
+    }
+    for key, (trainer, strategy, weighting, allocation, group) in expected.items():
+        spec = learning_per_token.CATALOG[key][0]
+        settings = _toy_settings(spec, 32, 10, 16, 0, 1e-4, "none", "unused", 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # no "field ignored" or "budget equals the group" warning
+            config, trainer_class = _toy_config(spec, settings, 8, 4)
+        assert trainer_class.__name__ == trainer and config.num_generations == group
+        if strategy is not None:
+            assert (config.sampling_strategy, config.difficulty_weighting) == (strategy, weighting)
+        if allocation is not None:
+            assert (config.allocation_rule, config.samples_per_prompt_mean) == (allocation, 8)
+        assert key in learning_per_token.EQUAL_STEPS
