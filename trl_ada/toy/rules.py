@@ -31,14 +31,14 @@ import pathlib
 import random
 import re
 import statistics
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import datasets
 import transformers
 
+from .arithmetic import Split, _completion_text, problem_split
 from .registry import ToyTask
 from .sampling import sample_completions
 from .warmup import WarmupRecipe, supervised_warmup
@@ -105,7 +105,6 @@ PAIRS = (2,)  # pairs per prompt, drawn uniformly: with three, a hard prompt's c
 MAX_COMPLETION_LENGTH = 32
 EOS_TOKEN_ID = 2  # the toy tokenizer's "<|im_end|>"
 
-Split = Literal["train", "eval"]
 TRAIN_SEED = 4242
 HELDOUT_SEED = 1_000_003
 HELDOUT_PER_RULE = 64  # 256 held-out prompts, the same number from every rule
@@ -119,11 +118,6 @@ WARMUP_RULE_WEIGHTS = {"+": 0.425, "-": 0.425, "@": 0.075, "%": 0.075}
 # --------------------------------------------------------------------------------------------------------------------
 
 _PAIR = re.compile(r"(\d+)([-+@%])(\d+)")
-
-
-def problem_split(expression: str) -> Split:
-    """The fixed side of a train/eval partition a problem is on (a stable hash: about a quarter is "eval")."""
-    return "eval" if zlib.crc32(expression.encode()) % 4 == 0 else "train"
 
 
 def sample_expression(rng: random.Random, rule: str, pairs: int) -> str:
@@ -209,15 +203,6 @@ _FINAL = re.compile(rf"#({_NUMBER}(?:,{_NUMBER})*)")
 _FINAL_AT_END = re.compile(rf"#({_NUMBER}(?:,{_NUMBER})*)\Z")
 
 
-def _text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    if not completion:
-        return ""
-    content = completion[-1].get("content", "")
-    return content if isinstance(content, str) else ""
-
-
 def rules_reward(
     completions: Sequence[Any],
     answer: Sequence[str],
@@ -234,7 +219,7 @@ def rules_reward(
     ids_per_completion = completion_ids if completion_ids is not None else [None] * len(completions)
     rewards = []
     for completion, target, ids in zip(completions, answer, ids_per_completion, strict=True):
-        text = _text(completion)
+        text = _completion_text(completion)
         truncated = (
             (len(ids) == 0 or ids[-1] != EOS_TOKEN_ID) if ids is not None else len(text) >= MAX_COMPLETION_LENGTH
         )
