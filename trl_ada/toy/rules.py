@@ -133,7 +133,7 @@ def parse(expression: str) -> tuple[str, list[tuple[int, int]]]:
     """The rule and the pairs of a prompt such as ``"38%7 23%4"``; ValueError if it is not one this task makes."""
     pieces = expression.split(" ")
     matches = [_PAIR.fullmatch(piece) for piece in pieces]
-    if not 1 <= len(pieces) or any(m is None for m in matches) or len({m[2] for m in matches}) != 1:
+    if any(m is None for m in matches) or len({m[2] for m in matches}) != 1:
         raise ValueError(f"expected pairs such as '38%7 23%4' under one rule, got {expression!r}")
     rule = matches[0][2]
     pairs = [(int(m[1]), int(m[3])) for m in matches]
@@ -198,7 +198,7 @@ def check_chain(expression: str, completion: str) -> str:
     return "extra_text"
 
 
-_NUMBER = r"(?:0|[1-9]\d*)"  # one canonical form: no sign, no leading zero
+_NUMBER = r"(?:0|[1-9][0-9]*)"  # one canonical form: ASCII digits, no sign, no leading zero
 _FINAL = re.compile(rf"#({_NUMBER}(?:,{_NUMBER})*)")
 _FINAL_AT_END = re.compile(rf"#({_NUMBER}(?:,{_NUMBER})*)\Z")
 
