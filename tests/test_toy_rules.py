@@ -61,6 +61,12 @@ def test_check_chain_names_the_first_error_of_hand_worked_chains(completion, ver
     assert rules.check_chain("38%7 23%4", completion) == verdict
 
 
+def test_the_hand_worked_chains_cover_every_error_class():
+    marks = test_check_chain_names_the_first_error_of_hand_worked_chains.pytestmark
+    verdicts = {verdict for mark in marks if mark.name == "parametrize" for _, verdict in mark.args[1]}
+    assert verdicts == {"correct", *rules.CHAIN_ERRORS}
+
+
 def test_reward_reads_the_canonical_final_answer_and_checks_truncation():
     eos = rules.EOS_TOKEN_ID
     right = "38%7=3\n23%4=3\n#3,3"

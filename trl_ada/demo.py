@@ -16,6 +16,7 @@ The building blocks (`train_toy`, `count_generated_tokens`, `HeldoutCurve`) are 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -199,7 +200,7 @@ class HeldoutCurve(TrainerCallback):
         entropy = None
         if self.entropy:  # over each prompt's first ENTROPY_SAMPLES samples: the forward pass costs like sampling
             k = min(n, ENTROPY_SAMPLES)
-            prompt_ids = [ids for ids in self._prompt_ids() for _ in range(k)]
+            prompt_ids = [ids for ids in self._prompt_ids for _ in range(k)]
             firsts = [completion_ids[i * n + j] for i in range(len(self.heldout)) for j in range(k)]
             entropy = mean_token_entropy(self.model, self.tokenizer, prompt_ids, firsts, batch_size=256)
         seconds = began - self._start - self._evaluating
@@ -207,8 +208,10 @@ class HeldoutCurve(TrainerCallback):
         self.checkpoints.append(checkpoint)
         self._evaluating += time.perf_counter() - began
 
+    @functools.cached_property
     def _prompt_ids(self) -> list[list[int]]:
-        """The held-out prompts' token ids as `sample_completions` feeds them to the model (unpadded)."""
+        """The held-out prompts' token ids as `sample_completions` feeds them to the model (unpadded); the same at
+        every checkpoint, so rendered once."""
         texts = self.tokenizer.apply_chat_template(
             list(self.heldout["prompt"]), add_generation_prompt=True, tokenize=False
         )
