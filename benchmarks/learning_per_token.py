@@ -61,7 +61,9 @@ from learning_stats import (
     checkpoint_curve,
     compare,
     crossing,
+    heldout_aa_floor,
     heldout_at,
+    heldout_comparison,
     mean,
     mean_curve,
     paired_bootstrap,
@@ -252,8 +254,10 @@ METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 # The rules tasks are measured with 32 samples per held-out prompt (pass@32, and a quarter of the evaluation's own
-# sampling variance of 8), over longer runs: GRPO n=4 is still improving where they end (benchmarks/README.md).
-TASK_FULL = {task: {"steps": 300, "eval_every": 30, "heldout_samples": 32} for task in ("rules", "rules-epochs")}
+# sampling variance of 8), over longer runs: GRPO n=4 is still improving where they end (benchmarks/README.md). An
+# evaluation at 256 x 32 costs about 25 s on one core, as much as 30 training steps: every 60 steps keeps ten seeds of
+# GRPO n=4 against `recommended` within 90 minutes on 2 cores.
+TASK_FULL = {task: {"steps": 300, "eval_every": 60, "heldout_samples": 32} for task in ("rules", "rules-epochs")}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # GRPO n=4 at 2e-4 on the reasoning task (its first version's seed-0 model) dropped 11 points in its first 40 steps
 # and ended 1 point up; at 1e-4 it rises steadily: +13 points in 200 steps over ten seeds
@@ -281,7 +285,9 @@ def summarise(
     ``auc_delta``, then the accuracy differences at fixed budgets and the tokens and steps to fractions of GRPO's gain,
     each with its paired-bootstrap ``*_ci``); then final accuracy, tokens and seconds to reach GRPO n=4's final
     accuracy, zero-std shares; then, with ``heldout_samples`` (per held-out prompt), pass@k, accuracy per label and
-    entropy where the runs recorded them (`learning_stats.heldout_at`).
+    entropy where the runs recorded them (`learning_stats.heldout_at`), and those measures against GRPO n=4's at
+    equal tokens and at equal steps with their paired intervals (``heldout_vs_baseline``,
+    `learning_stats.heldout_comparison`).
 
     ``match_tokens``: every curve, and each seed's, is read only up to the tokens GRPO n=4's seed-averaged curve ends
     at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget. The comparison
@@ -361,16 +367,25 @@ def summarise(
                 **({} if heldout_samples is None else heldout_at(method_runs, curve["step"][-1], heldout_samples)),
             }
         )
+        if heldout_samples is not None and key != BASELINE:
+            rows[-1]["heldout_vs_baseline"] = heldout_comparison(by_method[BASELINE], method_runs, heldout_samples)
     return rows
 
 
-def markdown_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
+def markdown_table(
+    rows: Sequence[dict[str, Any]],
+    floor: dict[str, Any] | None = None,
+    heldout_floor: dict[str, Any] | None = None,
+) -> str:
     """The report's tables: the comparison with GRPO n=4 (`comparison_table`, the primary metric first) with the A/A
     floor (`aa_floor`) and what the columns mean under it; the details (`details_table`); and the held-out measures
-    besides accuracy where the runs recorded them (`heldout_table`)."""
+    besides accuracy where the runs recorded them (`heldout_table`), compared with GRPO n=4's at equal tokens and
+    equal steps (`heldout_comparison_table`, with their A/A floor `heldout_floor`)."""
     parts = [comparison_table(rows, floor), comparison_note(rows, floor), details_table(rows)]
-    heldout = heldout_table(rows)
-    return "\n\n".join(parts if heldout is None else [*parts, heldout])
+    for table in (heldout_table(rows), heldout_comparison_table(rows, heldout_floor)):
+        if table is not None:
+            parts.append(table)
+    return "\n\n".join(parts)
 
 
 def _interval(ci: list[float | None] | None, fmt: str) -> str:
@@ -394,7 +409,7 @@ def _floor_cell(cell: dict[str, Any], fmt: str) -> str:
 
 
 _PERCENT = {fraction: round(fraction * 100) for fraction in (*BUDGET_FRACTIONS, *GAIN_FRACTIONS)}
-DELTA_METRICS = tuple(f"acc_delta_at_{_PERCENT[f]}" for f in BUDGET_FRACTIONS)
+DELTA_METRICS = (*(f"acc_delta_at_{_PERCENT[f]}" for f in BUDGET_FRACTIONS), "acc_delta_equal_steps")
 TIMES_METRICS = (
     *(f"tokens_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
     *(f"steps_to_{_PERCENT[f]}_ratio" for f in GAIN_FRACTIONS),
@@ -408,6 +423,7 @@ def comparison_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | Non
     lines = [
         "| method | seeds | **Δ AUC** vs tokens [95% CI] "
         + "".join(f"| Δ acc. at {_PERCENT[f]}% of budget " for f in BUDGET_FRACTIONS)
+        + "| Δ acc. at equal steps "
         + "".join(f"| tokens to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
         + "".join(f"| steps to {_PERCENT[f]}% of gain " for f in GAIN_FRACTIONS)
         + "| tokens to final acc. (secondary) |",
@@ -441,7 +457,8 @@ def comparison_note(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None
     text = (
         "Δ: the method minus GRPO n=4, in accuracy (+0.010 is one point), each read off its seed-averaged curve up to "
         f"the budget: GRPO n=4's seed-averaged tokens at its last checkpoint, {budget:,.0f}. Δ AUC, the primary "
-        "metric: the difference in mean accuracy over tokens 0 to that budget. Ratios: the method's tokens (steps) "
+        "metric: the difference in mean accuracy over tokens 0 to that budget. Δ acc. at equal steps: at GRPO n=4's "
+        "last step, whatever tokens each spent by then. Ratios: the method's tokens (steps) "
         "to reach the given share of GRPO n=4's gain (its final minus its start accuracy) over GRPO n=4's own; not "
         "reached: not within the budget. [95% CI]: paired bootstrap over seeds, "
         f"{base.get('bootstrap_resamples', BOOTSTRAP_RESAMPLES)} resamples, each with its own budget and gain."
@@ -490,6 +507,52 @@ def heldout_table(rows: Sequence[dict[str, Any]]) -> str | None:
         step = "" if r.get("heldout_step") is None else str(r["heldout_step"])
         lines.append(f"| {r['method']} | {step} | " + " | ".join(passes) + f" | {entropy} | {labels} |")
     return "\n".join(lines)
+
+
+HELDOUT_FRAMES = {"equal_tokens": "equal tokens", "equal_steps": "equal steps"}
+
+
+def _measure_order(name: str) -> tuple[int, int, str]:
+    """pass@k by k, then entropy, then accuracy per label by label."""
+    if name.startswith("pass@"):
+        return (0, int(name.removeprefix("pass@")), "")
+    return (1, 0, "") if name == "entropy" else (2, 0, name)
+
+
+def heldout_comparison_table(
+    rows: Sequence[dict[str, Any]], heldout_floor: dict[str, Any] | None = None
+) -> str | None:
+    """pass@k, entropy and accuracy per label against GRPO n=4's, at equal tokens and at equal steps: each Δ with its
+    paired 95% interval, the A/A floor's ranges last; None when no row carries the comparison."""
+    compared = [r for r in rows if any((r.get("heldout_vs_baseline") or {}).values())]
+    if not compared:
+        return None
+    measured = set.union(*(set(r["heldout_vs_baseline"][frame]) for r in compared for frame in HELDOUT_FRAMES))
+    names = sorted(measured, key=_measure_order)
+    if not names:  # runs from before the evaluation recorded these measures
+        return None
+    lines = [
+        "| method | frame | " + " | ".join(f"Δ {name}" for name in names) + " |",
+        "|---" * (2 + len(names)) + "|",
+    ]
+    for r in compared:
+        for frame, words in HELDOUT_FRAMES.items():
+            cells = [r["heldout_vs_baseline"][frame].get(name) for name in names]
+            text = ["" if c is None else _delta_cell(c["delta"], c["ci"]) for c in cells]
+            lines.append(f"| {r['method']} | {words} | " + " | ".join(text) + " |")
+    if heldout_floor is not None:
+        for frame, words in HELDOUT_FRAMES.items():
+            ranges = [heldout_floor[frame].get(name) for name in names]
+            text = ["" if c is None else _interval(c, "{:+.3f}").strip() for c in ranges]
+            lines.append(f"| *A/A floor, 95% range* | {words} | " + " | ".join(text) + " |")
+    note = (
+        "Held-out measures against GRPO n=4's: the mean over seeds of the method's value minus GRPO n=4's on the same "
+        "seed, each read off its checkpoints by linear interpolation at GRPO n=4's seed-averaged token budget (equal "
+        "tokens) or at its last step (equal steps); [95% CI]: paired bootstrap over seeds. pass@k: the unbiased "
+        "estimator over the held-out samples; entropy: the policy's mean token entropy on held-out samples (nats); "
+        "accuracy:<rule>: held-out accuracy on that rule's prompts."
+    )
+    return "\n".join(lines) + "\n\n" + note
 
 
 def details_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -1005,8 +1068,11 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     """Summarise ``runs`` into ``report`` and write it as ``name``.json, .md and .png in ``output_dir``."""
     settings = report["settings"]
     rows = summarise(runs, match_tokens=bool(settings["match_tokens"]), heldout_samples=settings["heldout_samples"])
-    floor = aa_floor([run for run in runs if run["key"] == BASELINE])
-    table = markdown_table(rows, floor)
+    base_runs = [run for run in runs if run["key"] == BASELINE]
+    floor = aa_floor(base_runs)
+    samples = settings["heldout_samples"]
+    heldout_floor = None if samples is None else heldout_aa_floor(base_runs, samples)
+    table = markdown_table(rows, floor, heldout_floor)
     steps = f"{settings['steps']} steps"
     if settings["match_tokens"]:
         steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
@@ -1015,7 +1081,7 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
         f"seeds {report['seeds']}, held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, output_dir / f"{name}.png", title)
-    report |= {"summary": rows, "aa_floor": floor, "runs": runs}
+    report |= {"summary": rows, "aa_floor": floor, "heldout_aa_floor": heldout_floor, "runs": runs}
     (output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     target = rows[0]["target_accuracy"]
     budget = ""

@@ -14,6 +14,8 @@ bottom:
    - **auc_delta** (primary): the method's mean accuracy over tokens in [0, B] minus the baseline's, each read off
      its seed-averaged curve (`area_under_curve`);
    - acc_delta_at_25/50/100: the accuracy difference at 25%, 50% and 100% of B;
+   - acc_delta_equal_steps: the accuracy difference at the baseline's last step (the method's curve read by steps,
+     not cut at B): the paper's "better final performance" frame, the same update group trained as long;
    - tokens_to_50/75/90_ratio and steps_to_50/75/90_ratio: the tokens (optimizer steps) the method needs to reach
      50%, 75% and 90% of GRPO's gain, over GRPO's own, where the gain is the baseline curve's final accuracy minus its
      first (the accuracy before training) and the method's curve is read only up to B;
@@ -32,7 +34,10 @@ bottom:
    tokens and seconds ratios to the final accuracy, and of the final accuracy itself.)
 4. Held-out samples beyond accuracy, at one checkpoint (`heldout_at`): pass@k (`trl_ada.heldout.mean_pass_at_k`,
    the unbiased estimator, from each prompt's count of correct samples), accuracy per label (level, rule) and the
-   policy's mean token entropy, as the evaluation recorded them (`trl_ada.heldout`, next to that evaluation).
+   policy's mean token entropy, as the evaluation recorded them (`trl_ada.heldout`, next to that evaluation). And
+   the same measures compared with the baseline's in two frames, equal tokens (B) and equal steps (the baseline's
+   last step), each seed's measure read off its checkpoints by linear interpolation (`heldout_comparison`, with a
+   paired bootstrap interval; `heldout_aa_floor`, the baseline split against itself).
 """
 
 from __future__ import annotations
@@ -179,6 +184,7 @@ def _percent(fraction: float) -> int:
 COMPARISON_METRICS: tuple[str, ...] = (
     "auc_delta",
     *(f"acc_delta_at_{_percent(f)}" for f in BUDGET_FRACTIONS),
+    "acc_delta_equal_steps",
     *(f"tokens_to_{_percent(f)}_ratio" for f in GAIN_FRACTIONS),
     *(f"steps_to_{_percent(f)}_ratio" for f in GAIN_FRACTIONS),
     "tokens_to_final_ratio",
@@ -190,8 +196,8 @@ def compare(base: Curve, curve: Curve) -> dict[str, Any]:
     """Every metric of `COMPARISON_METRICS` for a method's curve against the baseline's (both seed-averaged).
 
     The budget is the baseline curve's last tokens; see the module's docstring for each definition. Ratios whose
-    method never reaches the target within the budget are None; a method that stops short of the budget is held at
-    its last accuracy (``short_of_budget`` True)."""
+    method never reaches the target within the budget are None; a method that stops short of the budget (of the
+    baseline's steps, for ``acc_delta_equal_steps``) is held at its last accuracy (``short_of_budget`` True)."""
     budget = base["tokens"][-1]
     start, final = base["accuracy"][0], base["accuracy"][-1]
     cut = up_to_budget(curve, budget)
@@ -206,6 +212,7 @@ def compare(base: Curve, curve: Curve) -> dict[str, Any]:
         result[f"acc_delta_at_{_percent(fraction)}"] = value_at(
             cut["tokens"], cut["accuracy"], x, hold=True
         ) - value_at(base["tokens"], base["accuracy"], x)
+    result["acc_delta_equal_steps"] = value_at(curve["step"], curve["accuracy"], base["step"][-1], hold=True) - final
     for fraction in GAIN_FRACTIONS:
         target = start + fraction * (final - start)
         for x in ("tokens", "steps"):
@@ -341,8 +348,6 @@ def paired_bootstrap(
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# 4. Held-out samples: pass@k and accuracy per label
-# --------------------------------------------------------------------------------------------------------------------
 # 4. Held-out samples beyond accuracy
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -377,3 +382,106 @@ def heldout_at(runs: Sequence[Run], step: float, num_samples: int) -> dict[str, 
         "entropy": _seed_mean([c.get("entropy") for c in at]),
         "entropy_before": _seed_mean([run["checkpoints"][0].get("entropy") for run in runs]),
     }
+
+
+def checkpoint_measures(checkpoint: dict[str, Any], num_samples: int) -> dict[str, float]:
+    """What one held-out evaluation recorded besides accuracy, by name: ``pass@k`` for k in `PASS_AT_K` up to
+    ``num_samples``, ``entropy`` and ``accuracy:<label>`` for each label; a measure it did not record is absent."""
+    measures: dict[str, float] = {}
+    if checkpoint.get("correct") is not None:
+        for k in PASS_AT_K:
+            value = mean_pass_at_k(checkpoint["correct"], num_samples, k)
+            if value is not None:
+                measures[f"pass@{k}"] = value
+    if checkpoint.get("entropy") is not None:
+        measures["entropy"] = checkpoint["entropy"]
+    for label, value in (checkpoint.get("accuracy_by_label") or {}).items():
+        measures[f"accuracy:{label}"] = value
+    return measures
+
+
+def measures_at(run: Run, column: str, x: float, num_samples: int) -> dict[str, float]:
+    """Each of `checkpoint_measures` of one run at ``x`` of ``column`` ("tokens" or "step"), linearly interpolated
+    between the checkpoints around it and held at the last one past its end; only measures every checkpoint has."""
+    per_checkpoint = [checkpoint_measures(c, num_samples) for c in run["checkpoints"]]
+    names = set.intersection(*(set(m) for m in per_checkpoint)) if per_checkpoint else set()
+    xs = [c[column] for c in run["checkpoints"]]
+    return {name: value_at(xs, [m[name] for m in per_checkpoint], x, hold=True) for name in sorted(names)}
+
+
+def heldout_frames(base_runs: Sequence[Run]) -> dict[str, tuple[str, float]]:
+    """The two frames the held-out measures are compared in, as (column, x): ``equal_tokens``, the baseline's
+    seed-averaged token budget (the budget of `compare`); ``equal_steps``, its last step."""
+    base = mean_curve(base_runs)
+    return {"equal_tokens": ("tokens", base["tokens"][-1]), "equal_steps": ("step", base["step"][-1])}
+
+
+def _seed_differences(
+    base_runs: Sequence[Run], method_runs: Sequence[Run], frames: dict[str, tuple[str, float]], num_samples: int
+) -> dict[str, dict[str, dict[int, float]]]:
+    """frame -> measure -> seed -> the method's measure minus the baseline's, for the seeds both ran and the
+    measures both recorded."""
+    base, mine, seeds = _by_seed(base_runs, method_runs)
+    differences: dict[str, dict[str, dict[int, float]]] = {}
+    for frame, (column, x) in frames.items():
+        per_seed = {
+            s: (measures_at(base[s], column, x, num_samples), measures_at(mine[s], column, x, num_samples))
+            for s in seeds
+        }
+        names = set.intersection(*(set(b) & set(m) for b, m in per_seed.values()))
+        differences[frame] = {
+            name: {s: per_seed[s][1][name] - per_seed[s][0][name] for s in seeds} for name in sorted(names)
+        }
+    return differences
+
+
+def heldout_comparison(
+    base_runs: Sequence[Run],
+    method_runs: Sequence[Run],
+    num_samples: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The held-out measures (pass@k, entropy, accuracy per label) of a method against the baseline's in each of
+    `heldout_frames`: frame -> measure -> {"delta": the mean over shared seeds of the method's value minus the
+    baseline's, "ci": its paired-bootstrap 95% interval (seeds drawn with replacement, the same for both)}."""
+    frames = heldout_frames(base_runs)
+    differences = _seed_differences(base_runs, method_runs, frames, num_samples)
+    rng = random.Random(seed)
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for frame, by_measure in differences.items():
+        result[frame] = {}
+        for name, by_seed in by_measure.items():
+            values = list(by_seed.values())
+            means = [mean([rng.choice(values) for _ in values]) for _ in range(resamples)]
+            result[frame][name] = {"delta": mean(values), "ci": percentile_interval(means)}
+    return result
+
+
+def heldout_aa_floor(
+    base_runs: Sequence[Run], num_samples: int, splits: int = AA_SPLITS, seed: int = 0
+) -> dict[str, dict[str, list[float | None]]] | None:
+    """The A/A floor of `heldout_comparison`: the baseline's seeds split at random into two disjoint halves (as in
+    `aa_floor`), ``splits`` times; frame -> measure -> the 95% range of one half's mean minus the other's, each read
+    in the frames of the whole baseline. None with fewer than 4 seeds."""
+    runs = sorted(base_runs, key=lambda run: run["seed"])
+    if len(runs) < 4:
+        return None
+    frames = heldout_frames(runs)
+    values = {
+        frame: [measures_at(run, column, x, num_samples) for run in runs] for frame, (column, x) in frames.items()
+    }
+    half = len(runs) // 2
+    rng = random.Random(seed)
+    floor: dict[str, dict[str, list[float | None]]] = {}
+    for frame, per_run in values.items():
+        names = set.intersection(*(set(m) for m in per_run))
+        differences: dict[str, list[float]] = {name: [] for name in sorted(names)}
+        for _ in range(splits):
+            order = list(range(len(runs)))
+            rng.shuffle(order)
+            first, second = order[:half], order[half : 2 * half]
+            for name, column in differences.items():
+                column.append(mean([per_run[i][name] for i in first]) - mean([per_run[i][name] for i in second]))
+        floor[frame] = {name: percentile_interval(column) for name, column in differences.items()}
+    return floor

@@ -191,6 +191,15 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
     assert "| method | at step | pass@1 | pass@8 | pass@32 |" in table
     assert "| ADA | 20 | 0.562 | 1.000 |  | 0.600 → 0.600 | 2: 0.500 |" in table
     assert "| OLD | 20 |  |  |  |  |  |" in table
+    # Against GRPO n=4 in both frames: entropy 0.6 against 1.2 on every seed, -0.6 with an interval of one point;
+    # pass@1 and pass@8 level. The runs without these measures get no row.
+    versus = rows["ada"]["heldout_vs_baseline"]
+    assert versus["equal_tokens"]["entropy"] == {"delta": pytest.approx(-0.6), "ci": [pytest.approx(-0.6)] * 2}
+    assert versus["equal_steps"]["pass@8"]["delta"] == pytest.approx(0.0)
+    assert "heldout_vs_baseline" not in rows["grpo-4"]
+    assert "| method | frame | Δ pass@1 | Δ pass@8 | Δ entropy | Δ accuracy:2 |" in table
+    assert "| ADA | equal steps | +0.000 [+0.000, +0.000] | +0.000 [+0.000, +0.000] | -0.600 [-0.600, -0.600] |" in table
+    assert "| OLD | equal" not in table
 
 
 def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):

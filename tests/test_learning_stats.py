@@ -120,6 +120,8 @@ def test_compare_hand_worked():
         assert result[f"tokens_to_{percent}_ratio"] == pytest.approx(0.5)
         assert result[f"steps_to_{percent}_ratio"] == pytest.approx(1.0)
     assert result["tokens_to_final_ratio"] == pytest.approx(0.5)
+    # At GRPO's last step (20) the method had 1000 tokens and 0.60, level with GRPO's 0.60 at that step.
+    assert result["acc_delta_equal_steps"] == pytest.approx(0.0)
     assert set(stats.COMPARISON_METRICS) <= set(result)
 
 
@@ -135,6 +137,10 @@ def test_compare_holds_a_run_that_stops_short_and_leaves_unreached_ratios_empty(
     assert slow["tokens_to_50_ratio"] == pytest.approx(2.0)
     assert slow["tokens_to_75_ratio"] is slow["tokens_to_90_ratio"] is slow["tokens_to_final_ratio"] is None
     assert slow["auc_delta"] == pytest.approx(0.45 - 0.50)
+    # Behind per token, ahead per step: at step 20 it has spent 3000 tokens and reads 0.70 against GRPO's 0.60.
+    assert slow["acc_delta_equal_steps"] == pytest.approx(0.10)
+    # A method that stops at step 10 is held at its last accuracy for the equal-steps frame too.
+    assert short["acc_delta_equal_steps"] == pytest.approx(0.60 - 0.60)
     # The baseline against itself.
     same = stats.compare(BASE, BASE)
     assert same["auc_delta"] == 0 and same["tokens_to_final_ratio"] == 1.0 and same["steps_to_75_ratio"] == 1.0
@@ -227,3 +233,75 @@ def test_heldout_at_reads_the_last_checkpoint_within_the_step():
         "entropy": None,
         "entropy_before": None,
     }
+
+
+def measured(seed, points):
+    """A run whose checkpoints are (step, tokens, correct counts of 4 samples, entropy, accuracy of label "%")."""
+    checkpoints = [
+        {
+            "step": step,
+            "tokens": tokens,
+            "seconds": step,
+            "accuracy": sum(correct) / (4 * len(correct)),
+            "correct": correct,
+            "entropy": entropy,
+            "accuracy_by_label": {"%": hard},
+        }
+        for step, tokens, correct, entropy, hard in points
+    ]
+    return {"seed": seed, "checkpoints": checkpoints}
+
+
+# GRPO n=4: 1000 tokens a step-10 interval, pass@1 0 -> 0.25 -> 0.5 (two prompts, 4 samples), entropy 1.0 -> 0.6.
+GRPO_POINTS = [(0, 0, [0, 0], 1.0, 0.0), (10, 1000, [2, 0], 0.8, 0.0), (20, 2000, [4, 0], 0.6, 0.5)]
+# A method spending half the tokens a step: at GRPO's 2000 tokens (its step 40) pass@1 1.0 and entropy 0.7; at
+# GRPO's last step (20) pass@1 0.75 and entropy 0.8.
+METHOD_POINTS = [
+    (0, 0, [0, 0], 1.0, 0.0),
+    (10, 500, [2, 2], 0.9, 0.25),
+    (20, 1000, [4, 2], 0.8, 0.5),
+    (30, 1500, [4, 4], 0.7, 1.0),
+    (40, 2000, [4, 4], 0.7, 1.0),
+]
+
+
+def test_measures_at_interpolates_between_checkpoints():
+    grpo = measured(0, GRPO_POINTS)
+    # 1500 tokens: halfway between the step-10 and step-20 evaluations.
+    at = stats.measures_at(grpo, "tokens", 1500, num_samples=4)
+    assert at == {"pass@1": pytest.approx(0.375), "entropy": pytest.approx(0.7), "accuracy:%": pytest.approx(0.25)}
+    assert stats.measures_at(grpo, "step", 30, 4)["pass@1"] == pytest.approx(0.5)  # held past the end
+    # pass@8 needs 8 samples a prompt; with them, a prompt with any right answer among 8 counts whole.
+    assert stats.checkpoint_measures({"correct": [0, 1]}, 8) == {"pass@1": 1 / 16, "pass@8": 0.5}
+    # A measure one checkpoint lacks (entropy off there) is left out rather than read as zero.
+    grpo["checkpoints"][1].pop("entropy")
+    assert "entropy" not in stats.measures_at(grpo, "tokens", 500, 4)
+
+
+def test_heldout_comparison_in_both_frames_with_a_paired_interval():
+    base = [measured(0, GRPO_POINTS), measured(1, GRPO_POINTS)]
+    # Seed 1's method has 0.1 more entropy everywhere than seed 0's.
+    shifted = [(s, t, c, e + 0.1, h) for s, t, c, e, h in METHOD_POINTS]
+    method = [measured(0, METHOD_POINTS), measured(1, shifted)]
+    result = stats.heldout_comparison(base, method, num_samples=4, resamples=400)
+    tokens, steps = result["equal_tokens"], result["equal_steps"]
+    assert tokens["pass@1"] == {"delta": pytest.approx(0.5), "ci": [pytest.approx(0.5), pytest.approx(0.5)]}
+    assert steps["pass@1"]["delta"] == pytest.approx(0.25)
+    assert tokens["accuracy:%"]["delta"] == pytest.approx(0.5) and steps["accuracy:%"]["delta"] == pytest.approx(0.0)
+    # Entropy at equal tokens: 0.7 - 0.6 on seed 0 and 0.8 - 0.6 on seed 1, mean 0.15; a resample of the two seeds
+    # averages 0.1, 0.15 or 0.2 (the ends with probability 1/4 each), so the 95% interval is [0.1, 0.2].
+    assert tokens["entropy"]["delta"] == pytest.approx(0.15)
+    assert tokens["entropy"]["ci"] == [pytest.approx(0.1), pytest.approx(0.2)]
+    assert steps["entropy"]["delta"] == pytest.approx(0.25)  # 0.8 - 0.6 and 0.9 - 0.6
+
+
+def test_heldout_aa_floor_splits_the_baseline_against_itself():
+    # Four GRPO seeds, two with 0.5 more entropy at every checkpoint: of the 6 splits 2 against 2, one gives +0.5,
+    # one -0.5, four 0, so the 95% range is [-0.5, +0.5]; pass@1 is the same on every seed, its range [0, 0].
+    high = [(s, t, c, e + 0.5, h) for s, t, c, e, h in GRPO_POINTS]
+    runs = [measured(0, GRPO_POINTS), measured(1, GRPO_POINTS), measured(2, high), measured(3, high)]
+    floor = stats.heldout_aa_floor(runs, num_samples=4, splits=500)
+    for frame in ("equal_tokens", "equal_steps"):
+        assert floor[frame]["entropy"] == [pytest.approx(-0.5), pytest.approx(0.5)]
+        assert floor[frame]["pass@1"] == [pytest.approx(0.0), pytest.approx(0.0)]
+    assert stats.heldout_aa_floor(runs[:3], num_samples=4) is None
