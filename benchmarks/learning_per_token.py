@@ -868,10 +868,7 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
         raise SystemExit("--combine needs at least one report")
     first = reports[0]["settings"]
     for report in reports[1:]:
-        settings = report["settings"]
-        differ = sorted(
-            k for k in set(first) | set(settings) if k not in MEASURED_ONLY and first.get(k) != settings.get(k)
-        )
+        differ = settings_differences(first, report["settings"])
         if differ:
             raise SystemExit(f"--combine: the reports' settings differ in {differ}; their runs are not comparable")
     runs: dict[tuple[str, int], dict[str, Any]] = {}  # in the reports' order
@@ -898,6 +895,31 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
 MEASURED_ONLY = {"heldout_entropy"}
 # The options `--combine` uses; every other option shapes a training run, and `--combine` refuses it.
 COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
+
+
+def settings_differences(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
+    """The settings two reports' runs differ in, beyond what only changes the measuring (`MEASURED_ONLY`). The start
+    model's folder is compared only when either report named it with --model-dir: a task's warm model of one
+    ``warm_seed`` lives in a different folder on every machine (the clone, the cache) but is the same model."""
+    ignored = set(MEASURED_ONLY)
+    if first.get("warm_seed") is not None and first.get("warm_seed") == second.get("warm_seed"):
+        ignored.add("model_dir")
+    keys = (set(first) | set(second)) - ignored
+    return sorted(k for k in keys if first.get(k) != second.get(k))
+
+
+def baseline_runs_from(report: dict[str, Any], settings: dict[str, Any], seeds: Sequence[int]) -> list[dict]:
+    """``--baseline-from``: GRPO n=4's runs of ``seeds`` from an earlier report made with the same settings, so that a
+    job comparing more methods against it need not train it again. Refuses a report whose settings differ and one
+    that lacks a seed."""
+    differ = settings_differences(report["settings"], settings)
+    if differ:
+        raise SystemExit(f"--baseline-from: the report's settings differ in {differ}; its runs are not comparable")
+    found = {run["seed"]: run for run in report["runs"] if run["key"] == BASELINE}
+    missing = sorted(set(seeds) - set(found))
+    if missing:
+        raise SystemExit(f"--baseline-from: the report has no {BASELINE} run of seeds {missing}")
+    return [found[seed] for seed in seeds]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -948,6 +970,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train nothing: summarise the runs of these JSON reports (same settings, e.g. seeds run in chunks) as "
         "one run over all their seeds; the testbed is the first report's",
     )
+    parser.add_argument(
+        "--baseline-from",
+        type=pathlib.Path,
+        metavar="REPORT",
+        help=f"take {BASELINE}'s runs of --seeds from this JSON report (made with the same settings) instead of "
+        f"training them again; leave {BASELINE} out of --methods",
+    )
     parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")
     parser.add_argument(
         "--warm-seed",
@@ -967,6 +996,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--combine trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
     if args.methods is None and args.combine is None:
         args.methods = [m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS]
+        if args.baseline_from is not None:
+            args.methods.remove(BASELINE)
     return args
 
 
@@ -981,8 +1012,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"tasks": list(TASKS)}
     if args.combine:
         return combine_main(args, argv)
-    if BASELINE not in args.methods:
-        raise SystemExit(f"--methods must include {BASELINE}: the ratios are relative to it")
+    if BASELINE not in args.methods and args.baseline_from is None:
+        raise SystemExit(
+            f"--methods must include {BASELINE} (or --baseline-from a report of it): the ratios are relative to it"
+        )
+    if BASELINE in args.methods and args.baseline_from is not None:
+        raise SystemExit(f"--baseline-from supplies {BASELINE}'s runs: drop it from --methods")
     settings = dict(QUICK if args.quick else FULL | TASK_FULL.get(args.task, {}))
     for name in ("steps", "eval_every", "heldout", "heldout_samples"):
         if getattr(args, name) is not None:
@@ -1030,8 +1065,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report = {"command": _command(argv), "settings": settings, "machine": machine, "testbed": testbed}
         (args.output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
         return report
+    baseline: list[dict] = []
+    if args.baseline_from is not None:
+        baseline = baseline_runs_from(json.loads(args.baseline_from.read_text()), settings, args.seeds)
     start = time.perf_counter()
-    runs = run_all(args.seeds, args.methods, settings, args.jobs)
+    runs = baseline + run_all(args.seeds, args.methods, settings, args.jobs)
     elapsed = time.perf_counter() - start
     report = {
         "command": _command(argv),
@@ -1042,6 +1080,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "elapsed_seconds": round(elapsed, 1),
         "testbed": testbed,
     }
+    if args.baseline_from is not None:  # its time is not in elapsed_seconds
+        report["baseline_from"] = str(args.baseline_from)
     return write_results(report, runs, args.output_dir, name)
 
 

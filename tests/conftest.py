@@ -4,6 +4,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# `make test` runs two pytest-xdist workers: each computes on one thread (set before torch loads), since two one-thread
+# processes beat one two-thread process on a 2-core machine and two two-thread workers would oversubscribe it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 

@@ -100,6 +100,47 @@ def fake_report(seeds, runs, settings=None):
     }
 
 
+def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch):
+    trained = []
+
+    def fake_run_all(seeds, methods, settings, jobs):
+        trained.append(list(methods))
+        lift = {"grpo-4": 0.0, "ada-positive": 0.05}
+        return [
+            fake_run(k, s, [0, 1000, 2000], [0.40, 0.50 + lift[k], 0.60 + 0.01 * s]) for k in methods for s in seeds
+        ]
+
+    testbed = {**fake_report([0], [])["testbed"], "per_prompt": {}}
+    monkeypatch.setattr(learning_per_token, "run_all", fake_run_all)
+    monkeypatch.setattr(learning_per_token, "measure_testbed", lambda settings, seed: dict(testbed))
+    common = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--jobs", "1"]
+    common += ["--output-dir", str(tmp_path)]
+    first = learning_per_token.main([*common, "--seeds", "0", "1", "2", "--methods", "grpo-4", "--name", "grpo"])
+    reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
+    report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
+    assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
+    assert [(r["key"], r["seed"]) for r in report["runs"]] == [
+        ("grpo-4", 0),
+        ("grpo-4", 1),
+        ("ada-positive", 0),
+        ("ada-positive", 1),
+    ]
+    assert report["runs"][:2] == first["runs"][:2] and report["baseline_from"] == str(tmp_path / "grpo.json")
+    # The method is GRPO n=4's curve with 0.05 more at the middle checkpoint: a quarter of that in mean accuracy.
+    assert report["summary"][1]["auc_delta"] == pytest.approx(0.025)
+    with pytest.raises(SystemExit, match=r"settings differ in \['steps'\]"):
+        learning_per_token.main([*reuse, "--steps", "3", "--seeds", "0", "--methods", "ada-positive"])
+    with pytest.raises(SystemExit, match=r"no grpo-4 run of seeds \[3\]"):
+        learning_per_token.main([*reuse, "--seeds", "0", "3", "--methods", "ada-positive"])
+    with pytest.raises(SystemExit, match="drop it from --methods"):
+        learning_per_token.main([*reuse, "--methods", "grpo-4", "ada-positive"])
+    # The shipped warm model's folder differs between clones; the same --warm-seed is the same model.
+    moved = dict(first["settings"], model_dir="/elsewhere/toy_warm")
+    assert learning_per_token.settings_differences(first["settings"], moved) == []
+    named = dict(moved, warm_seed=None)  # a --model-dir run: the folder is what names the model
+    assert learning_per_token.settings_differences(first["settings"], named) == ["model_dir", "warm_seed"]
+
+
 def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
     # Seeds 0-1 in one report, 2-3 in another. GRPO n=4 ends at 0.50, 0.52, 0.54, 0.56 (mean 0.53); "ada" at
     # 0.60 on every seed, from 0.40 at 1000 tokens per checkpoint, so it crosses 0.53 at 1000 + 0.13 / 0.2 * 1000.
@@ -198,7 +239,9 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
     assert versus["equal_steps"]["pass@8"]["delta"] == pytest.approx(0.0)
     assert "heldout_vs_baseline" not in rows["grpo-4"]
     assert "| method | frame | Δ pass@1 | Δ pass@8 | Δ entropy | Δ accuracy:2 |" in table
-    assert "| ADA | equal steps | +0.000 [+0.000, +0.000] | +0.000 [+0.000, +0.000] | -0.600 [-0.600, -0.600] |" in table
+    assert (
+        "| ADA | equal steps | +0.000 [+0.000, +0.000] | +0.000 [+0.000, +0.000] | -0.600 [-0.600, -0.600] |" in table
+    )
     assert "| OLD | equal" not in table
 
 
