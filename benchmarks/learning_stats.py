@@ -28,7 +28,9 @@ bottom:
    (infinite in the bootstrap).
 3. Intervals. `paired_bootstrap_comparison`: resample seeds with replacement, the same seeds for the method and the
    baseline, and recompute `compare` on each resample's seed-averaged curves (and so its own budget and gain);
-   `percentile_interval` gives the central 95%. `aa_floor`: the same comparison of the baseline against itself, its
+   `percentile_interval` gives the central 95%. `late_gain`: how much the baseline still gains after 60% of its
+   steps, so that a run's length can be checked to leave room to tell methods apart. `aa_floor`: the same comparison
+   of the baseline against itself, its
    seeds split at random into two disjoint halves (unpaired), many times: the spread of each metric when nothing
    differs, the floor below which a method's difference is noise. (`paired_bootstrap` is the older interval of the
    tokens and seconds ratios to the final accuracy, and of the final accuracy itself.)
@@ -310,6 +312,23 @@ def aa_floor(base_runs: Sequence[Run], splits: int = AA_SPLITS, seed: int = 0) -
             "never_reached": sum(v == float("inf") for v in values) / len(values) if name in RATIO_METRICS else None,
         }
     return floor
+
+
+def late_gain(
+    base_runs: Sequence[Run], fraction: float = 0.6, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> dict[str, Any]:
+    """Whether the baseline is still improving late in its run: each seed's accuracy at its last step minus its
+    accuracy at ``fraction`` of that step (linearly interpolated between checkpoints), the mean over seeds and a
+    bootstrap 95% interval over seeds. A run too short for the comparison shows an interval above 0 only if the
+    curve still rises there; one that has flattened shows an interval around 0."""
+    gains = []
+    for run in base_runs:
+        steps = [c["step"] for c in run["checkpoints"]]
+        accuracies = [c["accuracy"] for c in run["checkpoints"]]
+        gains.append(accuracies[-1] - value_at(steps, accuracies, fraction * steps[-1]))
+    rng = random.Random(seed)
+    means = [mean([rng.choice(gains) for _ in gains]) for _ in range(resamples)]
+    return {"fraction": fraction, "gain": mean(gains), "gain_ci": percentile_interval(means), "per_seed": gains}
 
 
 def paired_bootstrap(

@@ -305,3 +305,13 @@ def test_heldout_aa_floor_splits_the_baseline_against_itself():
         assert floor[frame]["entropy"] == [pytest.approx(-0.5), pytest.approx(0.5)]
         assert floor[frame]["pass@1"] == [pytest.approx(0.0), pytest.approx(0.0)]
     assert stats.heldout_aa_floor(runs[:3], num_samples=4) is None
+
+
+def test_late_gain_reads_each_seed_after_sixty_percent_of_its_steps():
+    # Steps 0, 10, 20: 60% of 20 is step 12, a fifth of the way from 0.50 (step 10) to 0.60 (step 20): 0.52, so the
+    # gain after it is 0.08 on seed 0; seed 1 is flat from step 10 (gain 0). Mean 0.04; resamples average 0, 0.04
+    # or 0.08, the ends each with probability 1/4: the interval is [0, 0.08].
+    runs = [run(0, [0, 1000, 2000], [0.40, 0.50, 0.60]), run(1, [0, 1000, 2000], [0.40, 0.50, 0.50])]
+    late = stats.late_gain(runs, resamples=400)
+    assert late["gain"] == pytest.approx(0.04) and late["per_seed"] == [pytest.approx(0.08), pytest.approx(0.0)]
+    assert late["gain_ci"] == [pytest.approx(0.0), pytest.approx(0.08)]
