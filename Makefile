@@ -21,11 +21,12 @@ demo: $(STAMP)
 	$(VENV)/bin/trl-ada demo
 
 # Two one-thread workers (tests/conftest.py pins each to one thread), each test file on one worker so that a file's
-# shared fixtures are built once; TEST_WORKERS=0 runs the suite in this process. pytest exits 5 when it collects no
-# test: report it, do not fail on it.
+# shared fixtures are built once; TEST_WORKERS=0 runs the suite in this process. The 15 slowest tests are listed at
+# the end (the suite should stay under 15 minutes on 2 cores). pytest exits 5 when it collects no test: report it, do
+# not fail on it.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+	$(PY) -m pytest --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 # The tests that touch TRL's seams against every supported TRL release, each in its own venv cached under .compat/
 # (scripts/test_compat.sh says which tests and releases). TRL_SRC=/path/to/trl adds a TRL source tree.
