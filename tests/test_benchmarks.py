@@ -112,13 +112,21 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
 
     testbed = {**fake_report([0], [])["testbed"], "per_prompt": {}}
     monkeypatch.setattr(learning_per_token, "run_all", fake_run_all)
-    monkeypatch.setattr(learning_per_token, "measure_testbed", lambda settings, seed: dict(testbed))
+    measured = []
+
+    def fake_measure(settings, seed):
+        measured.append(seed)
+        return dict(testbed)
+
+    monkeypatch.setattr(learning_per_token, "measure_testbed", fake_measure)
     common = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--jobs", "1"]
     common += ["--output-dir", str(tmp_path)]
     first = learning_per_token.main([*common, "--seeds", "0", "1", "2", "--methods", "grpo-4", "--name", "grpo"])
     reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
     report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
     assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
+    # Same first seed, model and settings: the testbed is the earlier report's, not measured again.
+    assert measured == [0] and report["testbed"]["from"] == str(tmp_path / "grpo.json")
     assert [(r["key"], r["seed"]) for r in report["runs"]] == [
         ("grpo-4", 0),
         ("grpo-4", 1),
