@@ -244,7 +244,8 @@ PROMPTS_FACTOR = {
 ORACLE_SUBSETS = {"grpo-4-oracle-agree": "agree", "grpo-4-oracle-spt": "signal_per_token"}
 # The configuration recommended to compute-bound users (README): the best on tokens to target in the arithmetic task's
 # full run. No configuration has yet beaten GRPO n=4 per token on the reasoning task (the pilot at ten seeds, DAPO with
-# and without the pilot at four: benchmarks/README.md#the-reasoning-task), so it stays until one does.
+# and without the pilot at four: benchmarks/README.md#the-reasoning-task) nor on the rules task (this one, level at ten
+# seeds, ahead per step and on pass@k), so it stays until one does.
 RECOMMENDED = "ada-positive-4x2-select"
 _recommended, _cost = CATALOG[RECOMMENDED]
 CATALOG["recommended"] = (
