@@ -408,10 +408,13 @@ def test_an_aborted_requests_environment_is_not_reused(tool_model_dir: Any) -> N
     groups = run_pushed(loop, 2)
     assert all(sorted(s.metrics["reward"] for s in groups[g]) == [1.0, 2.0] for g in (0, 1))
     assert script.cancelled[A][:4] == [2, 3, 6, 7]
-    resets = [entry["env"] for entry in RESETS]
+    # An aborted request's environment never serves (so is never reset for) a later request. Which of the next
+    # group's requests get the two finished ones depends on timing (a freed slot starts the next request at once);
+    # that both are reused there does not.
     for k in (2, 3, 6, 7):
-        assert resets.count(script.env_of[k]) == 1, k
-    assert {script.env_of[4], script.env_of[5]} == {script.env_of[0], script.env_of[1]}
+        later = {env for j, env in script.env_of.items() if j > k}
+        assert script.env_of[k] not in later, k
+    assert {script.env_of[0], script.env_of[1]} <= {script.env_of[k] for k in (4, 5, 6, 7)}
     metrics = metrics_of(loop)
     discarded = sum(metrics["ada/environments_discarded_total"]) + loop._counters["ada/environments_discarded_total"]
     assert discarded >= 4
