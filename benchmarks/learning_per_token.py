@@ -1047,12 +1047,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit("--model-dir and --warm-seed both name the start model: give one")
     settings["model_dir"] = str(args.model_dir or toy_model_dir(seed=args.warm_seed, task=args.task))
     settings["warm_seed"] = None if args.model_dir is not None else args.warm_seed
-    baseline: list[dict] = []
     oracle = any(key in ORACLE_SUBSETS for key in args.methods)
-    if args.baseline_from is not None:
-        earlier = json.loads(args.baseline_from.read_text())
-        baseline = baseline_runs_from(earlier, settings, args.seeds)
-    if baseline and earlier["seeds"][0] == args.seeds[0] and not oracle:
+    earlier = None if args.baseline_from is None else json.loads(args.baseline_from.read_text())
+    baseline = [] if earlier is None else baseline_runs_from(earlier, settings, args.seeds)
+    if earlier is not None and earlier["seeds"][0] == args.seeds[0] and not oracle:
         # The same start model, settings and first seed: the same measurement, already made.
         testbed = {**earlier["testbed"], "from": str(args.baseline_from)}
     else:

@@ -29,9 +29,8 @@ bottom:
 3. Intervals. `paired_bootstrap_comparison`: resample seeds with replacement, the same seeds for the method and the
    baseline, and recompute `compare` on each resample's seed-averaged curves (and so its own budget and gain);
    `percentile_interval` gives the central 95%. `late_gain`: how much the baseline still gains after 60% of its
-   steps, so that a run's length can be checked to leave room to tell methods apart. `aa_floor`: the same comparison
-   of the baseline against itself, its
-   seeds split at random into two disjoint halves (unpaired), many times: the spread of each metric when nothing
+   steps, a check that the runs are long enough. `aa_floor`: the same comparison of the baseline against itself,
+   its seeds split at random into two disjoint halves (unpaired), many times: the spread of each metric when nothing
    differs, the floor below which a method's difference is noise. (`paired_bootstrap` is the older interval of the
    tokens and seconds ratios to the final accuracy, and of the final accuracy itself.)
 4. Held-out samples beyond accuracy, at one checkpoint (`heldout_at`): pass@k (`trl_ada.heldout.mean_pass_at_k`,
@@ -319,8 +318,8 @@ def late_gain(
 ) -> dict[str, Any]:
     """Whether the baseline is still improving late in its run: each seed's accuracy at its last step minus its
     accuracy at ``fraction`` of that step (linearly interpolated between checkpoints), the mean over seeds and a
-    bootstrap 95% interval over seeds. A run too short for the comparison shows an interval above 0 only if the
-    curve still rises there; one that has flattened shows an interval around 0."""
+    bootstrap 95% interval over seeds. An interval above 0: the baseline was still improving when the runs ended; one
+    around 0: it had flattened, and a method's lead at the end is read on a plateau."""
     gains = []
     for run in base_runs:
         steps = [c["step"] for c in run["checkpoints"]]
