@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trl_ada.heldout import PASS_AT_K, mean_pass_at_k
@@ -282,6 +282,21 @@ def paired_bootstrap_comparison(
     return {f"{name}_ci": percentile_interval(values) for name, values in _resampled_metrics(comparisons).items()}
 
 
+def _halves(count: int, splits: int, rng: random.Random) -> Iterator[tuple[list[int], list[int]]]:
+    """``splits`` random splits of the indices 0..count - 1 into two disjoint halves of count // 2 each (an odd one
+    out is left out of that split), drawn with ``rng``."""
+    half = count // 2
+    for _ in range(splits):
+        order = list(range(count))
+        rng.shuffle(order)
+        yield order[:half], order[half : 2 * half]
+
+
+def _bootstrap_mean_interval(values: Sequence[float], resamples: int, rng: random.Random) -> list[float | None]:
+    """The 95% interval (`percentile_interval`) of the mean of ``values`` resampled with replacement, with ``rng``."""
+    return percentile_interval([mean([rng.choice(values) for _ in values]) for _ in range(resamples)])
+
+
 def aa_floor(base_runs: Sequence[Run], splits: int = AA_SPLITS, seed: int = 0) -> dict[str, Any] | None:
     """The A/A floor: the baseline compared with itself. Its seeds are shuffled and split into two disjoint halves of
     len // 2 seeds (an odd one out is left out of that split), one half taken as the method, ``splits`` times; each
@@ -294,15 +309,11 @@ def aa_floor(base_runs: Sequence[Run], splits: int = AA_SPLITS, seed: int = 0) -
     runs = sorted(base_runs, key=lambda run: run["seed"])
     if len(runs) < 4:
         return None
-    half = len(runs) // 2
-    rng = random.Random(seed)
-    comparisons = []
-    for _ in range(splits):
-        order = list(range(len(runs)))
-        rng.shuffle(order)
-        first, second = order[:half], order[half : 2 * half]
-        comparisons.append(compare(mean_curve([runs[i] for i in first]), mean_curve([runs[i] for i in second])))
-    floor: dict[str, Any] = {"seeds": len(runs), "half": half, "splits": splits}
+    comparisons = [
+        compare(mean_curve([runs[i] for i in first]), mean_curve([runs[i] for i in second]))
+        for first, second in _halves(len(runs), splits, random.Random(seed))
+    ]
+    floor: dict[str, Any] = {"seeds": len(runs), "half": len(runs) // 2, "splits": splits}
     for name, values in _resampled_metrics(comparisons).items():
         median = _median(values)
         floor[name] = {
@@ -325,9 +336,8 @@ def late_gain(
         steps = [c["step"] for c in run["checkpoints"]]
         accuracies = [c["accuracy"] for c in run["checkpoints"]]
         gains.append(accuracies[-1] - value_at(steps, accuracies, fraction * steps[-1]))
-    rng = random.Random(seed)
-    means = [mean([rng.choice(gains) for _ in gains]) for _ in range(resamples)]
-    return {"fraction": fraction, "gain": mean(gains), "gain_ci": percentile_interval(means), "per_seed": gains}
+    interval = _bootstrap_mean_interval(gains, resamples, random.Random(seed))
+    return {"fraction": fraction, "gain": mean(gains), "gain_ci": interval, "per_seed": gains}
 
 
 def paired_bootstrap(
@@ -471,8 +481,7 @@ def heldout_comparison(
         result[frame] = {}
         for name, by_seed in by_measure.items():
             values = list(by_seed.values())
-            means = [mean([rng.choice(values) for _ in values]) for _ in range(resamples)]
-            result[frame][name] = {"delta": mean(values), "ci": percentile_interval(means)}
+            result[frame][name] = {"delta": mean(values), "ci": _bootstrap_mean_interval(values, resamples, rng)}
     return result
 
 
@@ -489,16 +498,12 @@ def heldout_aa_floor(
     values = {
         frame: [measures_at(run, column, x, num_samples) for run in runs] for frame, (column, x) in frames.items()
     }
-    half = len(runs) // 2
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # one stream across the frames
     floor: dict[str, dict[str, list[float | None]]] = {}
     for frame, per_run in values.items():
         names = set.intersection(*(set(m) for m in per_run))
         differences: dict[str, list[float]] = {name: [] for name in sorted(names)}
-        for _ in range(splits):
-            order = list(range(len(runs)))
-            rng.shuffle(order)
-            first, second = order[:half], order[half : 2 * half]
+        for first, second in _halves(len(runs), splits, rng):
             for name, column in differences.items():
                 column.append(mean([per_run[i][name] for i in first]) - mean([per_run[i][name] for i in second]))
         floor[frame] = {name: percentile_interval(column) for name, column in differences.items()}
