@@ -24,17 +24,18 @@ seed-averaged tokens at its last checkpoint), the primary Δ AUC (mean accuracy 
 minus GRPO n=4) with a 95% interval from a paired bootstrap over seeds; then Δ accuracy at 25%, 50% and 100% of the
 budget, the tokens and steps to 50%, 75% and 90% of GRPO n=4's gain as ratios to its own, and the tokens to GRPO n=4's
 final accuracy (a secondary: its target sits on the noisy flat end), each with its interval; under them the A/A floor,
-GRPO n=4's seeds split into random halves against each other, the range of each metric when nothing differs. Then,
-as before: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
+GRPO n=4's seeds split into random halves against each other, the range of each metric when nothing differs. Then, for
+the paper's own pairings that ran (`PAIRINGS`: Ada-Est against GRPO n=8, Seq against GRPO n=16, each ablation against
+its variant), the same comparison with the reference in GRPO n=4's place and the reference's own A/A floor. Then, as
+before: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
 accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
-paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy
-curve up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per
-seed); completions generated per trained prompt; zero-std fraction of the groups handed to the loss, averaged over
-training; and, where the runs recorded them, pass@1/8/32, accuracy per level and the policy's mean token entropy on
-the held-out samples. Before the runs, the start model's own samples on the training prompts (16 per prompt)
-measure the testbed: the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong
-samples, and how often each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to
-``--output-dir``.
+paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy curve
+up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per seed);
+completions generated per trained prompt; zero-std fraction of the groups handed to the loss, averaged over training;
+and, where the runs recorded them, pass@1/8/32, accuracy per level and the policy's mean token entropy on the held-out
+samples. Before the runs, the start model's own samples on the training prompts (16 per prompt) measure the testbed:
+the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong samples, and how often
+each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to ``--output-dir``.
 """
 
 from __future__ import annotations
@@ -231,6 +232,19 @@ EQUAL_STEPS = {
     "ada-est-noweight",
     "ada-est-invp",
 }
+# The claims' own comparisons besides GRPO n=4 (benchmarks/README.md, "The paper's claims, one by one"): (method,
+# reference), each reported when both ran, in the same statistics with the reference in GRPO n=4's place. The paper
+# pairs Est with GRPO n=8 (the same mean samples per prompt) and Seq with GRPO n=16; an ablation pairs a method with
+# its variant without the part the paper's theory rests on (1/sqrt(p) weights; budgets in proportion to 1/sqrt(p)).
+PAIRINGS = (
+    ("ada-est", "grpo-8"),
+    ("ada-positive", "grpo-16"),
+    ("ada-balanced", "grpo-16"),
+    ("ada-est", "ada-est-noweight"),
+    ("ada-est", "ada-est-invp"),
+    ("ada-positive-weight", "ada-positive"),
+    ("ada-balanced-weight", "ada-balanced"),
+)
 # Methods whose steps hold another number of prompts: key -> a multiple of --prompts-per-step. Their steps (and
 # evaluation interval) scale so that a run generates as many completions as the others'.
 PROMPTS_FACTOR = {
@@ -325,19 +339,12 @@ def summarise(
                 for run in method_runs
             ]
 
-        comparison = compare(base_curve, mean_curve(method_runs))
-        intervals = paired_bootstrap_comparison(by_method[BASELINE], method_runs)
-        lead = {}
-        for name in COMPARISON_METRICS:
-            lead |= {name: comparison[name], f"{name}_ci": intervals[f"{name}_ci"]}
         rows.append(
             {
                 "key": key,
                 "method": method_runs[0]["method"],
                 "seeds": [run["seed"] for run in method_runs],
-                **lead,
-                "comparison_token_budget": comparison["budget"],
-                "short_of_budget": comparison["short_of_budget"],
+                **comparison_with(by_method[BASELINE], method_runs),
                 "target_accuracy": target,
                 "token_budget": budget,
                 "steps": method_runs[0]["checkpoints"][-1]["step"],
@@ -364,13 +371,62 @@ def summarise(
                 "frac_zero_std": mean([run["frac_zero_std"] for run in method_runs]),
                 "frac_zero_std_first_round": mean([run["frac_zero_std_first_round"] for run in method_runs]),
                 **paired_bootstrap(by_method[BASELINE], method_runs, match_tokens=match_tokens),
-                "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
                 **({} if heldout_samples is None else heldout_at(method_runs, curve["step"][-1], heldout_samples)),
             }
         )
         if heldout_samples is not None and key != BASELINE:
             rows[-1]["heldout_vs_baseline"] = heldout_comparison(by_method[BASELINE], method_runs, heldout_samples)
     return rows
+
+
+def comparison_with(base_runs: Sequence[dict[str, Any]], method_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every metric of `learning_stats.compare` for ``method_runs`` against ``base_runs`` (seed-averaged curves) with
+    its paired-bootstrap ``<metric>_ci``, and the budget it was read at."""
+    comparison = compare(mean_curve(base_runs), mean_curve(method_runs))
+    intervals = paired_bootstrap_comparison(base_runs, method_runs)
+    lead: dict[str, Any] = {}
+    for name in COMPARISON_METRICS:
+        lead |= {name: comparison[name], f"{name}_ci": intervals[f"{name}_ci"]}
+    return lead | {
+        "comparison_token_budget": comparison["budget"],
+        "short_of_budget": comparison["short_of_budget"],
+        "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+    }
+
+
+def paired_comparisons(
+    runs: Sequence[dict[str, Any]], heldout_samples: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each of `PAIRINGS` whose method and reference both ran, compared as `summarise` compares a method with GRPO n=4
+    (`comparison_with`; the held-out measures at equal tokens and equal steps, ``heldout_vs_baseline``) with the
+    reference's runs in the baseline's place: the reference's token budget, gain and last step. One row per pairing,
+    ``reference`` and ``reference_method`` naming the reference, ``seeds`` the seeds both ran; and per reference its
+    A/A floors, its own seeds split against themselves (``aa_floor``, ``heldout_aa_floor``)."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_method.setdefault(run["key"], []).append(run)
+    rows, floors = [], {}
+    for key, reference in PAIRINGS:
+        if key not in by_method or reference not in by_method:
+            continue
+        base_runs, method_runs = by_method[reference], by_method[key]
+        row = {
+            "key": key,
+            "method": method_runs[0]["method"],
+            "reference": reference,
+            "reference_method": base_runs[0]["method"],
+            "seeds": sorted({run["seed"] for run in method_runs} & {run["seed"] for run in base_runs}),
+            **comparison_with(base_runs, method_runs),
+        }
+        if heldout_samples is not None:
+            row["heldout_vs_baseline"] = heldout_comparison(base_runs, method_runs, heldout_samples)
+        rows.append(row)
+        if reference not in floors:
+            floors[reference] = {
+                "aa_floor": aa_floor(base_runs),
+                "heldout_aa_floor": None if heldout_samples is None else heldout_aa_floor(base_runs, heldout_samples),
+            }
+    return rows, floors
 
 
 def markdown_table(
@@ -386,6 +442,29 @@ def markdown_table(
     for table in (heldout_table(rows), heldout_comparison_table(rows, heldout_floor)):
         if table is not None:
             parts.append(table)
+    return "\n\n".join(parts)
+
+
+def pairings_section(rows: Sequence[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> str | None:
+    """The `paired_comparisons`, one group per reference: its comparison table and held-out comparison table, each
+    with the reference's own A/A floor; None when no pairing ran."""
+    if not rows:
+        return None
+    parts = [
+        "**Against the paper's pairings.** Each method against the method the paper pairs it with (for an ablation: "
+        "its variant without the part under test), in the statistics above with that reference in GRPO n=4's place "
+        "(its token budget, its gain, its last step); the A/A floor is the reference's own seeds split against "
+        "themselves."
+    ]
+    for reference in dict.fromkeys(row["reference"] for row in rows):
+        group = [row for row in rows if row["reference"] == reference]
+        name = group[0]["reference_method"]
+        parts.append(f"Against {name} (`{reference}`):")
+        parts.append(comparison_table(group, floors[reference]["aa_floor"], reference=name))
+        floor = floors[reference]["heldout_aa_floor"]
+        heldout = heldout_comparison_table(group, floor, reference=name, with_note=False)
+        if heldout is not None:
+            parts.append(heldout)
     return "\n\n".join(parts)
 
 
@@ -418,9 +497,12 @@ TIMES_METRICS = (
 )
 
 
-def comparison_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None) -> str:
-    """Each method against GRPO n=4, paired over seeds: the primary Δ AUC, then the secondaries, each with its 95%
-    interval; the A/A floor's 95% ranges as the last row. Cells of metrics a row lacks are blank."""
+def comparison_table(
+    rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None = None, reference: str = "GRPO n=4"
+) -> str:
+    """Each method against GRPO n=4 (or the ``reference`` its rows were compared with), paired over seeds: the primary
+    Δ AUC, then the secondaries, each with its 95% interval; the A/A floor's 95% ranges as the last row. Cells of
+    metrics a row lacks are blank."""
     lines = [
         "| method | seeds | **Δ AUC** vs tokens [95% CI] "
         + "".join(f"| Δ acc. at {_PERCENT[f]}% of budget " for f in BUDGET_FRACTIONS)
@@ -444,7 +526,7 @@ def comparison_table(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | Non
         cells = [_floor_cell(floor[m], "{:+.3f}") for m in ("auc_delta", *DELTA_METRICS)]
         cells += [_floor_cell(floor[m], "{:.2f}") for m in TIMES_METRICS]
         lines.append(
-            f"| *A/A floor: GRPO n=4 against itself, 95% range* | {floor['half']} vs {floor['half']} | "
+            f"| *A/A floor: {reference} against itself, 95% range* | {floor['half']} vs {floor['half']} | "
             + " | ".join(cells)
             + " |"
         )
@@ -521,10 +603,14 @@ def _measure_order(name: str) -> tuple[int, int, str]:
 
 
 def heldout_comparison_table(
-    rows: Sequence[dict[str, Any]], heldout_floor: dict[str, Any] | None = None
+    rows: Sequence[dict[str, Any]],
+    heldout_floor: dict[str, Any] | None = None,
+    reference: str = "GRPO n=4",
+    with_note: bool = True,
 ) -> str | None:
-    """pass@k, entropy and accuracy per label against GRPO n=4's, at equal tokens and at equal steps: each Δ with its
-    paired 95% interval, the A/A floor's ranges last; None when no row carries the comparison."""
+    """pass@k, entropy and accuracy per label against GRPO n=4's (or the ``reference`` its rows were compared with),
+    at equal tokens and at equal steps: each Δ with its paired 95% interval, the A/A floor's ranges last; under it,
+    unless ``with_note`` is False, what the cells mean. None when no row carries the comparison."""
     compared = [r for r in rows if any((r.get("heldout_vs_baseline") or {}).values())]
     if not compared:
         return None
@@ -546,6 +632,8 @@ def heldout_comparison_table(
             ranges = [heldout_floor[frame].get(name) for name in names]
             text = ["" if c is None else _interval(c, "{:+.3f}").strip() for c in ranges]
             lines.append(f"| *A/A floor, 95% range* | {words} | " + " | ".join(text) + " |")
+    if not with_note:
+        return "\n".join(lines)
     note = (
         "Held-out measures against GRPO n=4's: the mean over seeds of the method's value minus GRPO n=4's on the same "
         "seed, each read off its checkpoints by linear interpolation at GRPO n=4's seed-averaged token budget (equal "
@@ -862,9 +950,10 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
 
 def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | None) -> list[dict[str, Any]]:
     """The runs of several reports made with the same settings (seeds run in chunks, or on several machines), for one
-    summary over all their seeds: only ``methods`` (default: every method found). Refuses reports whose settings
-    differ, a (seed, method) run found twice, and a method whose seeds are not the baseline's (the bootstrap pairs
-    them)."""
+    summary over all their seeds: only ``methods`` (default: every method found). A run found again unchanged (the
+    copy of GRPO n=4's runs a ``--baseline-from`` report carries) counts once. Refuses reports whose settings differ,
+    a (seed, method) run found twice with different measurements, and a method whose seeds are not the baseline's
+    (the bootstrap pairs them)."""
     if not reports:
         raise SystemExit("--combine needs at least one report")
     first = reports[0]["settings"]
@@ -877,7 +966,7 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
         for run in report["runs"]:
             if methods is not None and run["key"] not in methods:
                 continue
-            if (run["key"], run["seed"]) in runs:
+            if runs.get((run["key"], run["seed"]), run) != run:
                 raise SystemExit(f"--combine: {run['key']} seed {run['seed']} is in more than one report")
             runs[run["key"], run["seed"]] = run
     seeds: dict[str, set[int]] = {}
@@ -1124,6 +1213,10 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     samples = settings["heldout_samples"]
     heldout_floor = None if samples is None else heldout_aa_floor(base_runs, samples)
     table = markdown_table(rows, floor, heldout_floor)
+    pairs, pair_floors = paired_comparisons(runs, samples)
+    section = pairings_section(pairs, pair_floors)
+    if section is not None:
+        table += "\n\n" + section
     steps = f"{settings['steps']} steps"
     if settings["match_tokens"]:
         steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
@@ -1138,6 +1231,8 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
         "aa_floor": floor,
         "heldout_aa_floor": heldout_floor,
         "baseline_late_gain": late,
+        "pairings": pairs,
+        "pairing_floors": pair_floors,
         "runs": runs,
     }
     (output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")

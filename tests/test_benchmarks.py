@@ -187,8 +187,13 @@ def test_combine_reports_refuses_runs_that_do_not_pair():
         combine(
             [fake_report([0], runs("grpo-4", [0])), fake_report([1], runs("grpo-4", [1]), {"learning_rate": 2})], None
         )
+    other = [fake_run("grpo-4", 0, [0, 1000], [0.4, 0.6])]
     with pytest.raises(SystemExit, match="grpo-4 seed 0 is in more than one report"):
-        combine([fake_report([0], runs("grpo-4", [0])), fake_report([0], runs("grpo-4", [0]))], None)
+        combine([fake_report([0], runs("grpo-4", [0])), fake_report([0], other)], None)
+    # The same run twice, as a --baseline-from report carries GRPO n=4's runs of the report it names: kept once.
+    chunk = fake_report([0], runs("grpo-4", [0]) + runs("dapo-4", [0]))
+    later = fake_report([0], runs("grpo-4", [0]) + runs("ada-est", [0]))
+    assert [run["key"] for run in combine([chunk, later], None)] == ["grpo-4", "dapo-4", "ada-est"]
     with pytest.raises(SystemExit, match=r"dapo-4 ran seeds \[0\], grpo-4 \[0, 1\]"):
         combine([fake_report([0, 1], runs("grpo-4", [0, 1]) + runs("dapo-4", [0]))], None)
     with pytest.raises(SystemExit, match="no grpo-4 runs"):
@@ -219,6 +224,45 @@ def test_summary_leads_with_the_auc_delta_and_the_table_with_the_aa_floor():
     assert "pass@" not in table  # no run recorded per-prompt counts
     few = learning_per_token.summarise([*base[:2], *better[:2]])
     assert "cannot be computed from 2 GRPO n=4 seeds" in learning_per_token.markdown_table(few, None)
+
+
+def test_the_papers_pairings_compare_each_method_with_its_own_reference():
+    # GRPO n=8 over four seeds, two 0.02 above the other two; Ada-Est is each seed's GRPO n=8 curve + 0.03 and its
+    # unweighted variant each seed's + 0.02, all at twice GRPO n=4's tokens. Against GRPO n=8 (its budget, 2000
+    # tokens, and its last step): +0.03 everywhere; against the unweighted variant: +0.01. GRPO n=16 did not run, so
+    # neither did any pairing with it; the floor is GRPO n=8's own seeds against themselves, as for GRPO n=4.
+    offsets = [0.0, 0.0, 0.02, 0.02]
+
+    def runs(key, lift, tokens=(0, 1000, 2000)):
+        return [
+            fake_run(key, s, list(tokens), [0.40 + a + lift, 0.50 + a + lift, 0.60 + a + lift])
+            for s, a in enumerate(offsets)
+        ]
+
+    everything = [
+        *runs("grpo-4", 0.0, (0, 500, 1000)),
+        *runs("grpo-8", 0.0),
+        *runs("ada-est", 0.03),
+        *runs("ada-est-noweight", 0.02),
+        *runs("ada-positive", 0.05),
+    ]
+    rows, floors = learning_per_token.paired_comparisons(everything)
+    assert [(row["key"], row["reference"]) for row in rows] == [("ada-est", "grpo-8"), ("ada-est", "ada-est-noweight")]
+    versus_grpo8, versus_noweight = rows
+    assert versus_grpo8["comparison_token_budget"] == 2000 and versus_grpo8["seeds"] == [0, 1, 2, 3]
+    assert versus_grpo8["auc_delta"] == pytest.approx(0.03)
+    assert versus_grpo8["auc_delta_ci"] == [pytest.approx(0.03)] * 2  # paired: the seeds' offsets cancel
+    assert versus_grpo8["acc_delta_equal_steps"] == pytest.approx(0.03)
+    assert versus_noweight["auc_delta"] == pytest.approx(0.01)
+    assert versus_noweight["acc_delta_at_50"] == pytest.approx(0.01)
+    assert set(floors) == {"grpo-8", "ada-est-noweight"}
+    assert floors["grpo-8"]["aa_floor"]["auc_delta"]["range"] == [pytest.approx(-0.02), pytest.approx(0.02)]
+    assert floors["grpo-8"]["heldout_aa_floor"] is None  # no held-out samples given
+    section = learning_per_token.pairings_section(rows, floors)
+    assert "Against GRPO-8 (`grpo-8`):" in section and "Against ADA-EST-NOWEIGHT (`ada-est-noweight`):" in section
+    assert "| ADA-EST | 4 | +0.030 [+0.030, +0.030] |" in section
+    assert "| *A/A floor: GRPO-8 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in section
+    assert learning_per_token.pairings_section([], {}) is None
 
 
 def test_summary_reads_heldout_measures_where_every_run_recorded_them():
