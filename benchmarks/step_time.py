@@ -260,7 +260,7 @@ class Method:
     rollout: str = "rounds"
     max_in_flight: int | None = None
     rule: str = ""  # the Ada rule this method belongs to ("" for GRPO)
-    extra: bool = False  # a measurement beyond the issue's list (second table)
+    extra: bool = False  # a measurement beyond the main list (second table)
 
 
 BALANCED = Schedule.from_strategy("balanced", 4, 8, 4)
@@ -270,7 +270,7 @@ SEQUENTIAL = {"balanced": "bal-seq", "positive": "pos-seq"}  # the sequential li
 
 
 def methods(extra_in_flight: Sequence[int] = (), extras: bool = True) -> list[Method]:
-    """The issue's methods, then (with `extras`) streaming at other `max_in_flight` values and posterior sizing in
+    """The main list of methods, then (with `extras`) streaming at other `max_in_flight` values and posterior sizing in
     2 rounds of up to 16 (same budget of 32), rounds and streaming."""
     out = [
         Method("grpo4", "GRPO n=4", Schedule.from_strategy("uniform", 4)),
@@ -401,7 +401,7 @@ def summarise(per_seed: dict[str, list[dict[str, Any]]], method_list: list[Metho
     return rows
 
 
-STREAMING = ("bal-stream", "bal-stream-16", "bal-stream-post", "pos-stream")  # the issue's streaming rows
+STREAMING = ("bal-stream", "bal-stream-16", "bal-stream-post", "pos-stream")  # the main list's streaming rows
 STREAM_VS_ROUNDS = [  # (streaming, its rounds counterpart)
     ("bal-stream", "bal-rounds"),
     ("bal-stream-16", "bal-rounds"),
@@ -411,7 +411,7 @@ STREAM_VS_ROUNDS = [  # (streaming, its rounds counterpart)
 
 
 def targets(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets, each with its numbers (seed means unless said otherwise): met or not."""
+    """The step-time targets, each with its numbers (seed means unless said otherwise): met or not."""
     out = []
 
     def add(name: str, met: bool, detail: str) -> None:
@@ -563,7 +563,7 @@ def regime_text(name: str, regime: Regime, rows: list[dict[str, Any]]) -> str:
     extra_rows = [r for r in rows if r["extra"]]
     text = f"### {name} regime (c = {regime.c:g})\n\n{markdown_table(main_rows)}\n\n{LEGEND}\n\n{floor_line(rows)}"
     if extra_rows:
-        text += f"\n\nOther settings (measured, not in the issue's list):\n\n{markdown_table(extra_rows)}"
+        text += f"\n\nOther settings (measured, beyond the main list):\n\n{markdown_table(extra_rows)}"
     return text
 
 

@@ -490,7 +490,7 @@ def test_downsample_property(num_pos, num_neg, num_nan, group_size, seed):
     lo, hi = max(0, scorable - num_neg), min(num_pos, scorable)
     assert pos == min(hi, max(lo, group_size // 2))
     assert pos + neg == scorable and nan == group_size - scorable
-    # and the closed form from the brief
+    # and the same count in closed form
     assert pos == min(num_pos, max(group_size // 2, group_size - num_neg))
 
 
