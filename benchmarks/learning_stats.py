@@ -394,12 +394,10 @@ def heldout_at(runs: Sequence[Run], step: float, num_samples: int) -> dict[str, 
     for run in runs:
         checkpoints = [c for c in run["checkpoints"] if c["step"] <= step]
         at.append(checkpoints[-1] if checkpoints else run["checkpoints"][0])
-    counts = [c.get("correct") for c in at]
-    pass_at: dict[str, float | None] = {}
-    for k in PASS_AT_K:
-        values = [None if n is None else mean_pass_at_k(n, num_samples, k) for n in counts]
-        pass_at[str(k)] = _seed_mean(values)
-    labels = [c.get("accuracy_by_label") for c in at]
+    measures = [checkpoint_measures(c, num_samples) for c in at]
+    pass_at = {str(k): _seed_mean([m.get(f"pass@{k}") for m in measures]) for k in PASS_AT_K}
+    prefix = "accuracy:"
+    labels = [{name.removeprefix(prefix): v for name, v in m.items() if name.startswith(prefix)} for m in measures]
     by_label = None
     if labels and all(labels) and all(set(label) == set(labels[0]) for label in labels):
         by_label = {name: mean([label[name] for label in labels]) for name in labels[0]}
@@ -407,7 +405,7 @@ def heldout_at(runs: Sequence[Run], step: float, num_samples: int) -> dict[str, 
         "heldout_step": at[0]["step"] if at else None,
         "pass_at_k": pass_at,
         "accuracy_by_label": by_label,
-        "entropy": _seed_mean([c.get("entropy") for c in at]),
+        "entropy": _seed_mean([m.get("entropy") for m in measures]),
         "entropy_before": _seed_mean([run["checkpoints"][0].get("entropy") for run in runs]),
     }
 
