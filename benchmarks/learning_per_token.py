@@ -1192,13 +1192,13 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
     seeds = sorted({run["seed"] for run in runs})
     report = {
         "command": _command(argv),
-        "combined": [{"command": r["command"], "seeds": r["seeds"], "testbed": r["testbed"]} for r in reports],
+        "combined": [{"command": r["command"], "seeds": r["seeds"], "testbed": r.get("testbed")} for r in reports],
         "settings": reports[0]["settings"],
         "seeds": seeds,
         "machine": reports[0]["machine"],
         "load_average_1min_after": reports[-1]["load_average_1min_after"],
         "elapsed_seconds": round(sum(r["elapsed_seconds"] for r in reports), 1),
-        "testbed": reports[0]["testbed"],
+        "testbed": reports[0].get("testbed"),  # None: a report from before the testbed was measured
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     return write_results(report, runs, args.output_dir, args.name or "learning_per_token_combined")
@@ -1243,11 +1243,12 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     combined = ""
     if "combined" in report:
         combined = f" Combined from {len(report['combined'])} reports; the testbed is the first's."
+    testbed = "" if report["testbed"] is None else f"Testbed at the start: {testbed_line(report['testbed'])}.\n"
     text = (
         f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.{budget}\n"
         f"Machine: {describe(report['machine'])}; load average after: {report['load_average_1min_after']}. "
         f"{report['elapsed_seconds'] / 60:.1f} min.{combined}\n"
-        f"Testbed at the start: {testbed_line(report['testbed'])}.\n"
+        f"{testbed}"
         f"GRPO n=4 after {late['fraction']:.0%} of its steps: {late['gain']:+.3f} "
         f"{_interval(late['gain_ci'], '{:+.3f}').strip()} accuracy more by its last step (mean over seeds, "
         f"bootstrap 95% CI; above 0: still improving).\n\n{table}\n"
