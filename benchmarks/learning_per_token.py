@@ -1185,9 +1185,15 @@ def timed_testbed(settings: dict[str, Any], seed: int) -> dict[str, Any]:
     return testbed
 
 
+# What reports from before these settings existed were made with: the arithmetic task, each curve read to its end.
+EARLIEST_SETTINGS = {"task": "arithmetic", "match_tokens": None}
+
+
 def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     """``--combine``: one summary over the runs of several reports (`combine_reports`), written like a run's."""
     reports = [json.loads(path.read_text()) for path in args.combine]
+    for report in reports:
+        report["settings"] = EARLIEST_SETTINGS | report["settings"]
     runs = combine_reports(reports, args.methods)
     seeds = sorted({run["seed"] for run in runs})
     report = {

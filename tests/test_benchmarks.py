@@ -178,16 +178,17 @@ def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
     assert "Combined from 2 reports" in (tmp_path / "all.md").read_text()
 
 
-def test_combine_summarises_a_report_from_before_the_testbed_was_measured(tmp_path):
+def test_combine_summarises_a_report_from_before_the_testbed_and_tasks_existed(tmp_path):
     runs = [
         fake_run(key, seed, [0, 1000, 2000], [0.40, 0.45, 0.50]) for key in ("grpo-4", "dapo-4") for seed in (0, 1)
     ]
     old = fake_report([0, 1], runs)
-    del old["testbed"]
+    del old["testbed"], old["settings"]["task"], old["settings"]["match_tokens"]  # none of these recorded yet
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     report = learning_per_token.main(["--combine", str(path), "--output-dir", str(tmp_path), "--name", "old"])
     assert report["testbed"] is None and report["combined"][0]["testbed"] is None
+    assert report["settings"]["task"] == "arithmetic" and report["settings"]["match_tokens"] is None
     assert [row["key"] for row in report["summary"]] == ["grpo-4", "dapo-4"]
     text = (tmp_path / "old.md").read_text()
     assert "Testbed at the start" not in text and "| DAPO-4 | 2 |" in text
