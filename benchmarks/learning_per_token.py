@@ -967,7 +967,9 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
             if methods is not None and run["key"] not in methods:
                 continue
             if runs.get((run["key"], run["seed"]), run) != run:
-                raise SystemExit(f"--combine: {run['key']} seed {run['seed']} is in more than one report")
+                raise SystemExit(
+                    f"--combine: {run['key']} seed {run['seed']} is in more than one report, measured differently"
+                )
             runs[run["key"], run["seed"]] = run
     seeds: dict[str, set[int]] = {}
     for key, seed in runs:
