@@ -2,6 +2,7 @@
 configuration table lists every field `ReinforceAdaConfig` adds, every relative link and `#anchor` in the docs
 resolves, and the streaming page's claim that streaming and rounds pools differ is what the engine does."""
 
+import ast
 import os
 import random
 import re
@@ -292,3 +293,18 @@ def test_the_compute_bound_snippet_sets_a_group_smaller_than_its_budget():
     assert (settings["samples_per_round"], settings["max_rounds"], settings["num_generations"]) == ("4", "2", "4")
     comment = next(line for line in snippet.splitlines() if "num_generations=4" in line)
     assert "uniform" in comment and "default 8" in comment
+
+
+def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
+    """The README quotes Ada-Est's ten-seed numbers under its snippet: the snippet must set what `ada-est` in
+    benchmarks/learning_per_token.py trains with (group, strategy and every option), and nothing else."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from learning_per_token import CATALOG
+
+    text = section(README.read_text(), "Recommended configurations")
+    (snippet,) = [body for language, body in code_blocks(text) if '"estimate"' in body]
+    settings = dict(re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M))
+    measured = CATALOG["ada-est"][0]
+    expected = {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy}
+    expected |= dict(measured.options)
+    assert {name: ast.literal_eval(value) for name, value in settings.items()} == expected
