@@ -46,6 +46,7 @@ import math
 import pathlib
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -942,7 +943,7 @@ def plot(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path: p
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("held-out sampled accuracy")
     axes[0].legend(title="mean of seeds (thin: each seed)", fontsize=7)
-    fig.suptitle(title)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -1225,12 +1226,15 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     section = pairings_section(pairs, pair_floors)
     if section is not None:
         table += "\n\n" + section
-    steps = f"{settings['steps']} steps"
+    shape = f"{settings['steps']} steps x {settings['prompts_per_step']} prompts"
+    longest = max(run["checkpoints"][-1]["step"] for run in runs)  # the runs', not what the settings would allow
+    if longest > settings["steps"]:
+        shape += f" (others up to {longest} steps)"
     if settings["match_tokens"]:
-        steps += f" (others up to {method_steps(settings, 'other')}, read at GRPO n=4's tokens)"
+        shape += ", read at GRPO n=4's tokens"
     title = (
-        f"Toy task ({settings['task']}), {steps} x {settings['prompts_per_step']} prompts, "
-        f"seeds {report['seeds']}, held-out {settings['heldout']} x {settings['heldout_samples']}"
+        f"Toy task ({settings['task']}), {shape}, seeds {report['seeds']}, "
+        f"held-out {settings['heldout']} x {settings['heldout_samples']}"
     )
     plot(runs, rows, output_dir / f"{name}.png", title)
     late = late_gain(base_runs)
@@ -1250,7 +1254,9 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
         budget = f" Final accuracies are read at GRPO n=4's {rows[0]['token_budget']:,.0f} tokens."
     combined = ""
     if "combined" in report:
-        combined = f" Combined from {len(report['combined'])} reports; the testbed is the first's."
+        count = len(report["combined"])
+        combined = f" Summarised from {count} report{'s' if count > 1 else ''}"
+        combined += "; the testbed is the first's." if count > 1 else "."
     testbed = "" if report["testbed"] is None else f"Testbed at the start: {testbed_line(report['testbed'])}.\n"
     text = (
         f"{title}; target = GRPO n=4's final accuracy on the seed-averaged curve, {target:.3f}.{budget}\n"

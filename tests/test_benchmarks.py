@@ -175,7 +175,7 @@ def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
     assert report["testbed"]["prompts"] == 8  # the first report's
     assert [c["seeds"] for c in report["combined"]] == [[0, 1], [2, 3]]
     assert json.loads((tmp_path / "all.json").read_text())["summary"] == report["summary"]
-    assert "Combined from 2 reports" in (tmp_path / "all.md").read_text()
+    assert "Summarised from 2 reports; the testbed is the first's." in (tmp_path / "all.md").read_text()
 
 
 def test_combine_summarises_a_report_from_before_the_testbed_and_tasks_existed(tmp_path):
@@ -192,6 +192,7 @@ def test_combine_summarises_a_report_from_before_the_testbed_and_tasks_existed(t
     assert [row["key"] for row in report["summary"]] == ["grpo-4", "dapo-4"]
     text = (tmp_path / "old.md").read_text()
     assert "Testbed at the start" not in text and "| DAPO-4 | 2 |" in text
+    assert "Summarised from 1 report." in text
 
 
 def test_combine_reports_refuses_runs_that_do_not_pair():
