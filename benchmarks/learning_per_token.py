@@ -294,6 +294,14 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def runs_by_method(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Method key -> its runs, in the order the runs come."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_method.setdefault(run["key"], []).append(run)
+    return by_method
+
+
 def summarise(
     runs: Sequence[dict[str, Any]], match_tokens: bool = False, heldout_samples: int | None = None
 ) -> list[dict[str, Any]]:
@@ -308,9 +316,7 @@ def summarise(
     ``match_tokens``: every curve, and each seed's, is read only up to the tokens GRPO n=4's seed-averaged curve ends
     at (`up_to_budget`), so a method's final accuracy is its accuracy at the baseline's token budget. The comparison
     reads every curve up to that budget either way."""
-    by_method: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_method.setdefault(run["key"], []).append(run)
+    by_method = runs_by_method(runs)
     if BASELINE not in by_method:
         raise ValueError(f"the ratios are relative to {BASELINE}, which was not run")
     base_curve = mean_curve(by_method[BASELINE])
@@ -403,9 +409,7 @@ def paired_comparisons(
     reference's runs in the baseline's place: the reference's token budget, gain and last step. One row per pairing,
     ``reference`` and ``reference_method`` naming the reference, ``seeds`` the seeds both ran; and per reference its
     A/A floors, its own seeds split against themselves (``aa_floor``, ``heldout_aa_floor``)."""
-    by_method: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_method.setdefault(run["key"], []).append(run)
+    by_method = runs_by_method(runs)
     rows, floors = [], {}
     for key, reference in PAIRINGS:
         if key not in by_method or reference not in by_method:
