@@ -1205,7 +1205,12 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
     seeds = sorted({run["seed"] for run in runs})
     report = {
         "command": _command(argv),
-        "combined": [{"command": r["command"], "seeds": r["seeds"], "testbed": r.get("testbed")} for r in reports],
+        # A --baseline-from report's GRPO n=4 runs were trained by the report it names: keep saying which.
+        "combined": [
+            {"command": r["command"], "seeds": r["seeds"], "testbed": r.get("testbed")}
+            | ({"baseline_from": r["baseline_from"]} if "baseline_from" in r else {})
+            for r in reports
+        ],
         "settings": reports[0]["settings"],
         "seeds": seeds,
         "machine": reports[0]["machine"],

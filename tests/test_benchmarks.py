@@ -134,6 +134,21 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
         ("ada-positive", 1),
     ]
     assert report["runs"][:2] == first["runs"][:2] and report["baseline_from"] == str(tmp_path / "grpo.json")
+    # The method's last seed in a chunk of its own, then all three reports combined: the copies of GRPO n=4's runs
+    # count once, and each combined entry still names the report its GRPO n=4 runs came from.
+    learning_per_token.main([*reuse, "--seeds", "2", "--methods", "ada-positive", "--name", "ada2"])
+    paths = [str(tmp_path / f"{stem}.json") for stem in ("grpo", "ada", "ada2")]
+    both = learning_per_token.main(["--combine", *paths, "--output-dir", str(tmp_path)])
+    assert sorted((r["key"], r["seed"]) for r in both["runs"]) == [
+        ("ada-positive", 0),
+        ("ada-positive", 1),
+        ("ada-positive", 2),
+        ("grpo-4", 0),
+        ("grpo-4", 1),
+        ("grpo-4", 2),
+    ]
+    assert "baseline_from" not in both["combined"][0]
+    assert [c["baseline_from"] for c in both["combined"][1:]] == [str(tmp_path / "grpo.json")] * 2
     # The method is GRPO n=4's curve with 0.05 more at the middle checkpoint: a quarter of that in mean accuracy.
     assert report["summary"][1]["auc_delta"] == pytest.approx(0.025)
     with pytest.raises(SystemExit, match=r"settings differ in \['steps'\]"):
