@@ -214,6 +214,8 @@ CATALOG |= {
     "grpo-6": (_method("GRPO n=6", 6), 1.5),
     "grpo-10": (_method("GRPO n=10", 10), 2.5),
     "grpo-12": (_method("GRPO n=12", 12), 3),
+    # Seq-balanced's own mean samples per prompt on the rules task (25.6; Seq-positive's, 15.6, is GRPO n=16's).
+    "grpo-26": (_method("GRPO n=26", 26), 6.5),
 }
 # Methods that generate at least twice GRPO n=4's tokens a step train its steps, not MATCH_TOKENS times as many: they
 # pass its token budget on the way, so one run serves both frames (equal tokens and equal steps).
@@ -223,6 +225,7 @@ EQUAL_STEPS = {
     "grpo-10",
     "grpo-12",
     "grpo-16",
+    "grpo-26",
     "ada-positive",
     "ada-balanced",
     "ada-positive-weight",
@@ -235,12 +238,14 @@ EQUAL_STEPS = {
 }
 # The claims' own comparisons besides GRPO n=4 (benchmarks/README.md, "The paper's claims, one by one"): (method,
 # reference), each reported when both ran, in the same statistics with the reference in GRPO n=4's place. The paper
-# pairs Est with GRPO n=8 (the same mean samples per prompt) and Seq with GRPO n=16; an ablation pairs a method with
-# its variant without the part the paper's theory rests on (1/sqrt(p) weights; budgets in proportion to 1/sqrt(p)).
+# pairs Est with GRPO n=8 (the same mean samples per prompt) and Seq with GRPO n=16; Seq-balanced also meets GRPO at
+# its own mean samples per prompt. An ablation pairs a method with its variant without the part the paper's theory
+# rests on (1/sqrt(p) weights; budgets in proportion to 1/sqrt(p)).
 PAIRINGS = (
     ("ada-est", "grpo-8"),
     ("ada-positive", "grpo-16"),
     ("ada-balanced", "grpo-16"),
+    ("ada-balanced", "grpo-26"),
     ("ada-est", "ada-est-noweight"),
     ("ada-est", "ada-est-invp"),
     ("ada-positive-weight", "ada-positive"),

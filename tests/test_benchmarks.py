@@ -806,6 +806,7 @@ def test_the_claims_methods_build_the_papers_configurations():
         "grpo-6": ("GRPOTrainer", None, None, None, 6),
         "grpo-10": ("GRPOTrainer", None, None, None, 10),
         "grpo-12": ("GRPOTrainer", None, None, None, 12),
+        "grpo-26": ("GRPOTrainer", None, None, None, 26),
     }
     for key, (trainer, strategy, weighting, allocation, group) in expected.items():
         spec = learning_per_token.CATALOG[key][0]
