@@ -81,6 +81,50 @@ def wait_for(backend, count):
     return finished
 
 
+class ClientRecord:
+    """What the backend's requests read from their streams, kept beside the backend's own counts to check them: the
+    tokens each request parsed (by request id, one id per attempt) and the requests whose completions `wait` returned.
+    The server sees what it wrote; this sees what the client read, so the two can be compared without assuming how
+    many events were still in transit when a request was aborted."""
+
+    def __init__(self, monkeypatch):
+        from trl_ada.backends import vllm_server
+
+        self.parsed: dict[str, list[int]] = {}
+        self.returned: set[str] = set()
+        add, wait = vllm_server._Request.add, VLLMServerBackend.wait
+
+        def recording_add(request, event):
+            self.parsed.setdefault(request.request_id, []).extend(event.token_ids)
+            add(request, event)
+
+        def recording_wait(backend):
+            finished = wait(backend)
+            self.returned.update(backend._requests[f.ticket].request_id for f in finished)
+            return finished
+
+        monkeypatch.setattr(vllm_server._Request, "add", recording_add)
+        monkeypatch.setattr(VLLMServerBackend, "wait", recording_wait)
+
+    def tokens(self, request_ids) -> int:
+        return sum(len(self.parsed.get(request_id, [])) for request_id in request_ids)
+
+
+@pytest.fixture
+def client_record(monkeypatch):
+    return ClientRecord(monkeypatch)
+
+
+def assert_read_what_was_sent(server, record: ClientRecord) -> None:
+    """Each request read a prefix of what the server sent it, and a returned request read its whole completion."""
+    assert set(record.parsed) <= {s.request_id for s in server.served}
+    for s in server.served:
+        read = record.parsed.get(s.request_id, [])
+        assert len(read) <= s.emitted and read == s.completion_ids[: len(read)]
+        if s.request_id in record.returned:
+            assert s.state == "finished" and read == s.completion_ids
+
+
 def unused_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -159,7 +203,7 @@ def test_backend_streams_completions_and_logprobs(token_ids_in_events, tokens_pe
     )
 
 
-def test_abort_cancels_the_requests_on_the_server_and_counts_their_tokens():
+def test_abort_cancels_the_requests_on_the_server_and_counts_their_tokens(client_record):
     def script(prompt_ids, index):  # the first two requests finish at once, the others stream slowly
         return ([5, EOS], 0.0) if index < 2 else ([*range(30, 60), EOS], 0.02)
 
@@ -178,8 +222,11 @@ def test_abort_cancels_the_requests_on_the_server_and_counts_their_tokens():
         server.settle()
     cancelled = server.with_state("cancelled")
     assert len(cancelled) == 4 and all(s.emitted < 31 for s in cancelled) and tokens > 0
-    # What the client counted at the abort, against what the server wrote: only events in transit are missing.
-    assert 0 <= server.cancelled_tokens - tokens <= 2 * len(cancelled)
+    # The abort counts exactly the tokens the aborted requests had read; what they read is what the server sent them,
+    # less the events still in transit.
+    assert_read_what_was_sent(server, client_record)
+    assert tokens == client_record.tokens(s.request_id for s in cancelled)
+    assert len(client_record.returned) == 2
 
 
 def test_close_cancels_everything_in_flight():
@@ -265,8 +312,13 @@ def test_wait_never_blocks_forever():
             opened._loop.call_soon_threadsafe(opened._loop.stop)  # the event loop's thread dies
             with pytest.raises(RuntimeError, match="event loop stopped"):
                 opened.wait()
+            tasks = [request.task for request in opened._requests.values()]
         finally:
             opened.close()
+        # Closing still cleans up after the dead loop: the request is cancelled and the HTTP session closed.
+        assert len(tasks) == 1 and tasks[0].cancelled() and opened._session.closed
+        server.settle(timeout=5)
+    assert [s.state for s in server.served] == ["cancelled"]
 
 
 def test_a_rejected_request_fails_at_once():
@@ -323,7 +375,7 @@ def test_sampling_payload_mirrors_trl_server_mode():
 
 
 @pytest.mark.slow
-def test_trainer_streams_aborts_and_keeps_rows_with_their_completions(toy_cold_dir, tmp_path):
+def test_trainer_streams_aborts_and_keeps_rows_with_their_completions(toy_cold_dir, tmp_path, client_record):
     outputs = []
 
     class Spy(ReinforceAdaTrainer):
@@ -351,16 +403,18 @@ def test_trainer_streams_aborts_and_keeps_rows_with_their_completions(toy_cold_d
     cancelled = server.with_state("cancelled")
     assert any(s.emitted < len(s.completion_ids) for s in cancelled)
     assert sum(log["ada/aborted_tokens"] for log in logs) > 0
-    # Every token the server sent is one the engine counted (ada/completion_tokens counts aborted ones too), but for
-    # at most one event in transit per cancelled request. The tokens outside the pools, as the server saw them
-    # (sent to cancelled requests, or to finished ones the engine dropped or aborted before it read them), are
-    # ada/aborted_tokens, up to the same slack.
+    # ada/completion_tokens is every token the requests read, aborted ones included; ada/aborted_tokens is those read
+    # by requests whose completions never reached a pool: every request cut short, and finished ones the engine
+    # dropped (their prompt had retired). Tokens the server sent that no request read (in transit at an abort; how
+    # many depends on timing) are in neither.
+    assert_read_what_was_sent(server, client_record)
     generated = sum(log["ada/completion_tokens"] for log in logs)
     aborted = sum(log["ada/aborted_tokens"] for log in logs)
-    assert 0 <= server.emitted_tokens - generated <= len(cancelled)
-    outside_pools = server.emitted_tokens - (generated - aborted)
-    assert aborted <= outside_pools <= aborted + len(cancelled)
-    assert server.cancelled_tokens <= outside_pools
+    assert generated == client_record.tokens(client_record.parsed) <= server.emitted_tokens
+    assert not client_record.returned & {s.request_id for s in cancelled}
+    cut_short = client_record.tokens(set(client_record.parsed) - client_record.returned)
+    kept = sum(int(output["completion_mask"].sum()) for output in outputs)
+    assert cut_short <= aborted <= generated - kept
 
     # Kept rows: each is a completion the server finished for that very prompt, with its own log-probs and reward.
     finished = {(tuple(s.prompt_ids), tuple(s.completion_ids)) for s in server.with_state("finished")}

@@ -266,12 +266,17 @@ class VLLMServerBackend(TokenBackend):
             return
         self._closed = True
         self._live.clear()
+        shut_down = False
         if self._loop.is_running():
             with suppress(Exception):
                 self._call(self._shutdown(), CONTROL_TIMEOUT)
+                shut_down = True
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CONTROL_TIMEOUT)
         if not self._thread.is_alive():
+            if not shut_down:  # the loop had stopped with requests in flight: cancel them and close the session here
+                with suppress(Exception):
+                    self._loop.run_until_complete(self._shutdown())
             self._loop.close()
 
     # ---------------------------------------------------------------------------------------- trainer's thread
