@@ -404,17 +404,17 @@ def test_trainer_streams_aborts_and_keeps_rows_with_their_completions(toy_cold_d
     assert any(s.emitted < len(s.completion_ids) for s in cancelled)
     assert sum(log["ada/aborted_tokens"] for log in logs) > 0
     # ada/completion_tokens is every token the requests read, aborted ones included; ada/aborted_tokens is those read
-    # by requests whose completions never reached a pool: every request cut short, and finished ones the engine
-    # dropped (their prompt had retired). Tokens the server sent that no request read (in transit at an abort; how
-    # many depends on timing) are in neither.
+    # by requests whose completions never reached a pool: every request `wait` never returned (cut short, or aborted
+    # just as it finished), and returned ones the engine dropped (their prompt had retired). Tokens the server sent
+    # that no request read (in transit at an abort; how many depends on timing) are in neither.
     assert_read_what_was_sent(server, client_record)
     generated = sum(log["ada/completion_tokens"] for log in logs)
     aborted = sum(log["ada/aborted_tokens"] for log in logs)
     assert generated == client_record.tokens(client_record.parsed) <= server.emitted_tokens
     assert not client_record.returned & {s.request_id for s in cancelled}
-    cut_short = client_record.tokens(set(client_record.parsed) - client_record.returned)
+    never_returned = client_record.tokens(set(client_record.parsed) - client_record.returned)
     kept = sum(int(output["completion_mask"].sum()) for output in outputs)
-    assert cut_short <= aborted <= generated - kept
+    assert never_returned <= aborted <= generated - kept
 
     # Kept rows: each is a completion the server finished for that very prompt, with its own log-probs and reward.
     finished = {(tuple(s.prompt_ids), tuple(s.completion_ids)) for s in server.with_state("finished")}
