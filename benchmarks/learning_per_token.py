@@ -48,6 +48,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from grid_stats import grid_aa_floor
 from learning_catalog import (
     BASELINE,
     FULL,
@@ -58,6 +59,15 @@ from learning_catalog import (
     QUICK,
     RESULTS,
     TASK_FULL,
+    grid_settings,
+)
+from learning_grid_report import (
+    grid_heldout_aa_floor,
+    grid_markdown,
+    grid_of,
+    grid_paired_comparisons,
+    grid_plot,
+    summarise_grid,
 )
 from learning_report import (
     interval_text,
@@ -68,11 +78,12 @@ from learning_report import (
     summarise,
     testbed_line,
 )
+from learning_reproduce import check_reproduces, verify
 from learning_runs import measure_testbed, oracle_subsets, run_all
 from learning_stats import aa_floor, heldout_aa_floor, late_gain
 from machine import describe, machine_info
 
-from trl_ada.toy.registry import TASKS
+from trl_ada.toy.registry import TASKS, toy_task
 
 
 def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -196,6 +207,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"take {BASELINE}'s runs of --seeds from this JSON report (made with the same settings) instead of "
         f"training them again; leave {BASELINE} out of --methods",
     )
+    parser.add_argument(
+        "--verify",
+        type=pathlib.Path,
+        metavar="REPORT",
+        help="train nothing new: train this JSON report's runs of --seeds and --methods again, with its settings, and "
+        "say for each whether its checkpoints reproduce exactly or where they first differ",
+    )
     parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")
     parser.add_argument(
         "--warm-seed",
@@ -231,6 +249,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"tasks": list(TASKS)}
     if args.combine:
         return combine_main(args, argv)
+    if args.verify:
+        return verify_main(args, argv)
     if BASELINE not in args.methods and args.baseline_from is None:
         raise SystemExit(
             f"--methods must include {BASELINE} (or --baseline-from a report of it): the ratios are relative to it"
@@ -252,6 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "match_tokens": match_tokens or None,
         "heldout_entropy": not args.no_heldout_entropy,
     }
+    settings |= grid_settings(args.task, settings["steps"], args.prompts_per_step)
     name = args.name or ("learning_per_token_quick" if args.quick else "learning_per_token")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -267,6 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     oracle = any(key in ORACLE_SUBSETS for key in args.methods)
     earlier = None if args.baseline_from is None else json.loads(args.baseline_from.read_text())
     baseline = [] if earlier is None else baseline_runs_from(earlier, settings, args.seeds)
+    if earlier is not None:  # the same settings are not enough: the same code and kernels must give the same numbers
+        check_reproduces(earlier, settings, BASELINE, args.seeds[0])
     if earlier is not None and earlier["seeds"][0] == args.seeds[0] and not oracle:
         # The same start model, settings and first seed: the same measurement, already made.
         testbed = {**earlier["testbed"], "from": str(args.baseline_from)}
@@ -304,6 +327,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.baseline_from is not None:  # its time is not in elapsed_seconds
         report["baseline_from"] = str(args.baseline_from)
     return write_results(report, runs, args.output_dir, name)
+
+
+def verify_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
+    """``--verify``: train a report's chosen runs again and record whether each reproduces (`learning_reproduce`)."""
+    report = json.loads(args.verify.read_text())
+    methods = args.methods or sorted({run["key"] for run in report["runs"]})
+    results = verify(report, args.seeds, methods)
+    if not results:
+        raise SystemExit(f"--verify: {args.verify} holds no run of seeds {args.seeds} and methods {methods}")
+    out = {"command": _command(argv), "report": str(args.verify), "machine": machine_info(), "verified": results}
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    name = args.name or f"{args.verify.stem}_verify"
+    (args.output_dir / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
 
 
 def timed_testbed(settings: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -345,7 +382,10 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
 
 
 def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.Path, name: str) -> dict[str, Any]:
-    """Summarise ``runs`` into ``report`` and write it as ``name``.json, .md and .png in ``output_dir``."""
+    """Summarise ``runs`` into ``report`` and write it as ``name``.json, .md and .png in ``output_dir``: on the shared
+    grid for a report made on one (`write_grid_results`), else as reports before the grid were."""
+    if "token_grid" in report["settings"]:
+        return write_grid_results(report, runs, output_dir, name)
     settings = report["settings"]
     rows = summarise(runs, match_tokens=bool(settings["match_tokens"]), heldout_samples=settings["heldout_samples"])
     base_runs = [run for run in runs if run["key"] == BASELINE]
@@ -401,6 +441,69 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     (output_dir / f"{name}.md").write_text(text)
     print("\n" + text, flush=True)
     return report
+
+
+def _header(report: dict[str, Any], title: str) -> str:
+    """The lines every report opens with under its title: the machine, the time and where the runs came from."""
+    combined = ""
+    if "combined" in report:
+        count = len(report["combined"])
+        combined = f" Summarised from {count} report{'s' if count > 1 else ''}"
+        combined += "; the testbed is the first's." if count > 1 else "."
+    return (
+        f"{title}.\nMachine: {describe(report['machine'])}; load average after: "
+        f"{report['load_average_1min_after']}. {report['elapsed_seconds'] / 60:.1f} min.{combined}\n"
+    )
+
+
+def write_grid_results(
+    report: dict[str, Any], runs: list[dict], output_dir: pathlib.Path, name: str
+) -> dict[str, Any]:
+    """`write_results` for a report made on the shared grid (`learning_grid_report.py`)."""
+    settings = report["settings"]
+    grid = grid_of(settings)
+    samples = settings["heldout_samples"]
+    task = toy_task(settings["task"])
+    hard = sorted({label for label, hard in zip(*_labels(task, settings["heldout"]), strict=True) if hard})
+    rows = summarise_grid(runs, grid, samples, hard)
+    base_runs = [run for run in runs if run["key"] == BASELINE]
+    floor = grid_aa_floor(base_runs, grid)
+    heldout_floor = grid_heldout_aa_floor(base_runs, grid, samples)
+    pairs, pair_floors = grid_paired_comparisons(runs, grid, samples)
+    table = grid_markdown(rows, floor, heldout_floor, grid, pairs, pair_floors)
+    title = (
+        f"Toy task ({settings['task']}), GRPO n=4 {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
+        f"seeds {report['seeds']}, held-out {settings['heldout']} x {samples}, on one grid of tokens and steps"
+    )
+    grid_plot(runs, rows, grid, output_dir / f"{name}.png", title)
+    late = late_gain(base_runs, metric="chain_accuracy")
+    report |= {
+        "summary": rows,
+        "aa_floor": floor,
+        "heldout_aa_floor": heldout_floor,
+        "baseline_late_gain": late,
+        "pairings": pairs,
+        "pairing_floors": pair_floors,
+        "runs": runs,
+    }
+    (output_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    testbed = "" if report["testbed"] is None else f"Testbed at the start: {testbed_line(report['testbed'])}.\n"
+    text = (
+        _header(report, title) + testbed + f"GRPO n=4 after {late['fraction']:.0%} of its steps: {late['gain']:+.3f} "
+        f"{interval_text(late['gain_ci'], '{:+.3f}').strip()} correct-chain accuracy more by its last step (mean "
+        f"over seeds, bootstrap 95% CI; above 0: still improving).\n\n{table}\n"
+    )
+    (output_dir / f"{name}.md").write_text(text)
+    print("\n" + text, flush=True)
+    return report
+
+
+def _labels(task: Any, heldout: int) -> tuple[list[str], list[bool]]:
+    """The held-out set's rule labels and whether each is a hard rule's."""
+    dataset = task.heldout(heldout)
+    if "rule" not in dataset.column_names:
+        return [], []
+    return list(dataset["rule"]), list(dataset["hard"])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from learning_catalog import BASELINE, CATALOG, EQUAL_STEPS, ORACLE_SUBSETS, PROMPTS_FACTOR
+from learning_catalog import BASELINE, CATALOG, EQUAL_STEPS, GRID_LOG_EVERY, GRID_TASKS, ORACLE_SUBSETS, PROMPTS_FACTOR
 
 
 def group_signal_probability(right: int, num_samples: int, group: int = 4) -> float:
@@ -61,9 +61,20 @@ def training_rows(task: Any, rows: int, seed: int, keep: Sequence[str] | None = 
         epochs *= 2
 
 
-def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> dict[str, Any]:
-    """Train one method from the warm start with one seed, in this process; return its measurements."""
+def run_one(
+    seed: int, key: str, settings: dict[str, Any], output_dir: str, stop_after: int | None = None
+) -> dict[str, Any]:
+    """Train one method from the warm start with one seed, in this process; return its measurements. ``stop_after``
+    ends training after that step (a check that a run reproduces: everything before it is as in the full run)."""
+    from transformers import TrainerCallback
+
     from trl_ada.demo import train_toy
+
+    class StopAfter(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if stop_after is not None and state.global_step >= stop_after:
+                control.should_training_stop = True
+
     from trl_ada.toy import toy_task
 
     task = toy_task(settings["task"])
@@ -71,6 +82,7 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
     # Training rows (arithmetic: fresh draws; reasoning: epochs of a fixed set) vary with the seed; the held-out set is
     # the same for every seed. Token-matched runs train on the rows in their order, so a longer run's first steps see
     # the baseline's prompts in the baseline's order.
+    grids = grid_for(settings, key)
     subset = settings.get("oracle_subsets", {}).get(ORACLE_SUBSETS.get(key, ""))
     train = training_rows(task, steps * prompts_per_step, seed, None if subset is None else subset["prompts"])
     heldout = task.heldout(settings["heldout"])
@@ -86,11 +98,13 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
         eval_every=eval_every,
         heldout_samples=settings["heldout_samples"],
         output_dir=f"{output_dir}/seed{seed}-{key}",
-        log_every=eval_every,
+        log_every=GRID_LOG_EVERY if grids else eval_every,
         verbose=False,
         task=settings["task"],
         shuffle=not settings.get("match_tokens"),
         heldout_entropy=settings.get("heldout_entropy", False),
+        callbacks=() if stop_after is None else (StopAfter(),),
+        **grids,
     )
     print(
         f"seed {seed} {run.method:>13}: accuracy {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}, "
@@ -105,10 +119,26 @@ def run_one(seed: int, key: str, settings: dict[str, Any], output_dir: str) -> d
     return {
         "key": key,
         **run.as_dict(),
+        **({"step_scale": step_scale(settings, key)} if grids else {}),
         "completions_per_trained_prompt": run.generated.completions / trained_prompts,
         "refills_per_step": per_step("ada/refills"),
         "skipped_per_step": per_step("ada/skipped"),
     }
+
+
+def step_scale(settings: dict[str, Any], key: str) -> int:
+    """How many of a method's optimizer steps make one of GRPO n=4's (`method_shape`): 1 but for the methods whose
+    steps hold other numbers of prompts (`PROMPTS_FACTOR`)."""
+    return method_shape(settings, key)[2] // settings["eval_every"]
+
+
+def grid_for(settings: dict[str, Any], key: str) -> dict[str, list[int]]:
+    """A grid run's ``token_grid`` and ``step_grid`` (the step grid in the method's own steps, `step_scale`), or
+    nothing for a report without a grid."""
+    if "token_grid" not in settings:
+        return {}
+    scale = step_scale(settings, key)
+    return {"token_grid": settings["token_grid"], "step_grid": [step * scale for step in settings["step_grid"]]}
 
 
 def method_steps(settings: dict[str, Any], key: str) -> int:
@@ -168,7 +198,8 @@ def measure_testbed(settings: dict[str, Any], seed: int, num_samples: int = 16) 
         )
         instrument = {}
         if task.instrument is not None:
-            instrument = task.instrument(model, tokenizer, measured, num_samples=INSTRUMENT_SAMPLES)
+            samples = GRID_TASKS.get(settings["task"], {}).get("instrument_samples", INSTRUMENT_SAMPLES)
+            instrument = task.instrument(model, tokenizer, measured, num_samples=samples)
     return {
         "task": settings["task"],
         "measured_on": f"the {len(measured)} first distinct prompts of seed {seed}'s {len(rows)} training rows",

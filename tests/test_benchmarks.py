@@ -123,12 +123,15 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
         return dict(testbed)
 
     monkeypatch.setattr(learning_per_token, "measure_testbed", fake_measure)
+    checked = []  # the runs are made up here: record the reproduction check instead of training again
+    monkeypatch.setattr(learning_per_token, "check_reproduces", lambda *args: checked.append(args[2:]))
     common = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--jobs", "1"]
     common += ["--output-dir", str(tmp_path)]
     first = learning_per_token.main([*common, "--seeds", "0", "1", "2", "--methods", "grpo-4", "--name", "grpo"])
     reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
     report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
     assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
+    assert checked == [("grpo-4", 0)]  # ... after checking that its first seed reproduces here
     # Same first seed, model and settings: the testbed is the earlier report's, not measured again.
     assert measured == [0] and report["testbed"]["from"] == str(tmp_path / "grpo.json")
     assert [(r["key"], r["seed"]) for r in report["runs"]] == [
@@ -759,6 +762,50 @@ def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
     assert rows["grpo-4-pilot"]["token_budget"] == pytest.approx(budget)
     assert rows["grpo-4-pilot"]["tokens_total"] == pytest.approx(min(budget, pilot["generated"]["completion_tokens"]))
     assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
+
+
+@pytest.mark.slow
+def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
+    """The columns task on its untrained model: every run evaluated on the shared grid with its chain measures, the
+    grid report's rows and floors, and --baseline-from's check that the baseline's first seed trains the same
+    numbers here (passes as it is, refuses a report whose numbers were altered)."""
+    from learning_reproduce import check_reproduces
+
+    from trl_ada.toy import toy_model_dir
+
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="columns")
+    argv = ["--task", "columns", "--steps", "4", "--heldout", "8", "--heldout-samples", "2", "--prompts-per-step", "2"]
+    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "ada-positive", "--jobs", "1"]
+    argv += ["--model-dir", str(cold), "--no-heldout-entropy"]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    settings = report["settings"]
+    grid = {"tokens": settings["token_grid"], "steps": settings["step_grid"]}
+    # B: 0.97 of 4 steps x 2 prompts x 4 completions x 15 tokens; the steps, geometric up to the 4th.
+    assert grid["tokens"][-1] == round(0.97 * 4 * 2 * 4 * 15) and grid["steps"] == [1, 2, 3, 4]
+    for run in report["runs"]:
+        served = sorted(i for c in run["checkpoints"] for i in c.get("token_points", ()))
+        assert served == sorted(set(served))  # no point served twice
+        for c in run["checkpoints"]:
+            assert 0 <= c["chain_accuracy"] <= c["accuracy"] <= 1  # a correct chain is always rewarded
+            assert len(c["chain_correct"]) == 8 and sum(c["chain_correct"]) / 16 == pytest.approx(c["chain_accuracy"])
+            assert "flawed_rewarded_share" in c
+        steps = [c["step"] for c in run["checkpoints"] if c.get("step_point")]
+        assert steps == [0, 1, 2, 3, 4]
+    grpo = [run for run in report["runs"] if run["key"] == "grpo-4"]
+    assert all(sorted(i for c in run["checkpoints"] for i in c["token_points"]) == list(range(len(grid["tokens"])))
+               for run in grpo)  # fmt: skip
+    rows = {row["key"]: row for row in report["summary"]}
+    assert set(rows["grpo-4"]["hard_chain_gain"]) == {"&", "~"}
+    assert "auc_delta" in rows["ada-positive"] and "steps_to_90_ratio_resolved" in rows["ada-positive"]
+    assert report["aa_floor"]["splits"] == 6  # C(4, 2) ordered pairs of halves
+    assert report["testbed"]["instrument_samples_per_prompt"] == 128
+    assert report["testbed"]["heldout_fact_overlap"] == 0.0
+    assert "Correct-chain accuracy" in (tmp_path / "tiny.md").read_text()
+
+    check_reproduces(report, settings, "grpo-4", 0)  # the same code and kernels: the same numbers
+    report["runs"][0]["checkpoints"][1]["chain_accuracy"] += 0.25
+    with pytest.raises(SystemExit, match="does not reproduce"):
+        check_reproduces(report, settings, "grpo-4", 0)
 
 
 def test_learning_per_token_testbed_only_trains_nothing(tmp_path):

@@ -45,7 +45,8 @@ class WarmupRecipe:
 
     ``stop_check(model, tokenizer)``, when given, replaces that check: it measures what it needs and returns a dict
     with ``stop`` (whether to stop now), ``accuracy`` (the number logged and returned as ``check_accuracy``) and any
-    other measurements, which are kept in the returned ``checks``.
+    other measurements, which are kept in the returned ``checks``; or None, to measure nothing at this check (a check
+    that keeps its own, coarser schedule).
     """
 
     examples: Callable[[int], Iterator[tuple[str, str]]]
@@ -59,7 +60,11 @@ class WarmupRecipe:
     batch_size: int = _WARMUP_BATCH_SIZE
     lr: float = _WARMUP_LR
     max_grad_norm: float = _WARMUP_MAX_GRAD_NORM
-    stop_check: Callable[[transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase], dict] | None = None
+    stop_check: Callable[[transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase], dict | None] | None = (
+        None
+    )
+    # The learning rate of the next step, when it changes during the warm-up (a curriculum's phases); None: ``lr``.
+    current_lr: Callable[[], float] | None = None
 
 
 def supervised_warmup(
@@ -101,6 +106,9 @@ def supervised_warmup(
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
             labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
+        if recipe.current_lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = recipe.current_lr()
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
@@ -124,11 +132,17 @@ def supervised_warmup(
             else:
                 measured = recipe.stop_check(model, tokenizer)
                 model.train()
+                if measured is None:
+                    continue
                 stopped, accuracy = bool(measured.pop("stop")), measured["accuracy"]
                 check = {"step": step, **measured}
             checks.append(check)
             elapsed = time.perf_counter() - start
-            details = "".join(f" {k} {v:.3f}" for k, v in check.items() if k not in ("step", "accuracy"))
+            details = "".join(
+                f" {k} {v:.3f}" if isinstance(v, float) else f" {k} {v}"
+                for k, v in check.items()
+                if k not in ("step", "accuracy")
+            )
             label = "held-out sampled acc" if recipe.stop_check is None else "check accuracy"
             _log(f"warm-up step {step:4d} loss {loss_value:.4f} {label} {accuracy:.3f}{details} ({elapsed:.0f}s)")
             if stopped:
