@@ -1,7 +1,9 @@
 # `make demo` and `make test` set everything up from scratch on a fresh machine (Python >= 3.11 with venv).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# CPU wheel on the project's machines; set TORCH="torch==<version>" (or TORCH=) to bring your own CUDA build.
+# Installed first, by scripts/install_torch.sh: from PyTorch's CPU wheel index where there is no NVIDIA GPU (from the
+# default index, saying so, when that index cannot be reached), else from the default index (the CUDA build).
+# TORCH="torch==<version>" installs another version; TORCH= skips this (install your own build into $(VENV) first).
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
@@ -10,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(if $(TORCH),$(PY) -m pip install --quiet "$(TORCH)")
+	$(if $(TORCH),scripts/install_torch.sh $(PY) "$(TORCH)")
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
