@@ -6,6 +6,7 @@ import ast
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import fields
@@ -308,3 +309,38 @@ def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
     expected = {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy}
     expected |= dict(measured.options)
     assert {name: ast.literal_eval(value) for name, value in settings.items()} == expected
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# docs/cli.md: the exit codes it documents are the ones the command returns
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def exit_code_table() -> list[tuple[int, str, str]]:
+    """(exit code, when, example command or "") for each row of docs/cli.md's exit-code table."""
+    text = section(
+        (ROOT / "docs" / "cli.md").read_text().replace("\n### ", "\n## "), "Errors, exit codes, Ctrl-C and resume"
+    )
+    rows = [line.strip("|").split(" | ") for line in text.splitlines() if re.match(r"^\| \d+ \|", line)]
+    return [(int(code), when, example.strip().strip("`")) for code, when, example in rows]
+
+
+def test_every_exit_code_docs_cli_md_documents_is_what_its_example_returns(monkeypatch, capsys, tmp_path):
+    from trl_ada import cli
+
+    table = exit_code_table()
+    assert [code for code, _, _ in table] == [0, 1, 2, 130]
+    assert "`prompt` column" in table[1][1], "a missing prompt column is documented under exit code 1"
+    monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
+    for code, _, example in table:
+        if code == cli.EXIT_INTERRUPTED:  # Ctrl-C: tests/test_train_cli.py sends the signal to a real run
+            assert not example
+            continue
+        argv = shlex.split(example)
+        assert argv[0] == "trl-ada", example
+        if argv[1] == "train":  # outputs go to a temporary folder, not the repository
+            argv += ["--output_dir", str(tmp_path / "out")]
+        assert cli.main(argv[1:]) == code, (example, capsys.readouterr().err[-2000:])
+        err = capsys.readouterr().err.strip()
+        if code:  # an error is one line, after any progress bars, without a traceback
+            assert err.splitlines()[-1].startswith(f"trl-ada {argv[1]}: error: ") and "Traceback" not in err

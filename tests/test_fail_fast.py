@@ -176,6 +176,46 @@ def test_a_dataset_without_a_prompt_column_fails_at_construction_naming_its_colu
         )  # fmt: skip
 
 
+def no_kwargs_reward(prompts, completions, key):  # no **kwargs: GRPOTrainer passes more than these
+    return [0.0] * len(completions)
+
+
+def test_a_reward_function_without_kwargs_fails_at_construction_naming_what_trl_would_pass(toy_cold_dir, tmp_path):
+    # What GRPOTrainer really passes, recorded from one step of plain GRPO.
+    passed = set()
+
+    def spy(**kwargs):
+        passed.update(kwargs)
+        return [0.0] * len(kwargs["completions"])
+
+    make_trainer(
+        toy_cold_dir, tmp_path / "spy", spy, keyed_dataset("ab"), trainer_cls=GRPOTrainer, max_steps=1
+    ).train()
+    with pytest.raises(TypeError) as info:  # before any model loads: the name does not exist
+        ReinforceAdaTrainer(
+            "no/such-model", no_kwargs_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+        )
+    message = str(info.value)
+    assert message.startswith("Reward function 'no_kwargs_reward' does not accept the keyword argument(s) ")
+    assert f"argument(s) {sorted(passed - {'prompts', 'completions', 'key'})}, which GRPOTrainer passes" in message
+    assert "Accept **kwargs: `def no_kwargs_reward(completions, **kwargs)`" in message
+
+
+def test_reward_callables_that_take_everything_and_reward_models_pass_construction(
+    toy_cold_dir, tmp_path, grpo_init_unreached
+):
+    class Scorer:  # a callable object with **kwargs
+        def __call__(self, completions, **kwargs):
+            return [0.0] * len(completions)
+
+    def every_keyword(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, key):
+        return [0.0] * len(completions)
+
+    for reward in (Scorer(), every_keyword, half_reward, str(toy_cold_dir)):  # the last: a reward model's name
+        with pytest.raises(Reached):  # past the checks, to where GRPOTrainer would load the model
+            ReinforceAdaTrainer(toy_cold_dir, reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"))
+
+
 def test_reinforce_ada_config_given_to_plain_grpo_trainer_warns(toy_cold_dir, tmp_path):
     with pytest.warns(UserWarning, match="ReinforceAdaConfig was passed to GRPOTrainer, which ignores"):
         GRPOTrainer(str(toy_cold_dir), half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab"))
