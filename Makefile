@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-compat test-vllm lint format clean
+.PHONY: install demo notebook test test-compat test-vllm lint format clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(STAMP)
 # `trl-ada demo` pins torch's threads and kernels before torch loads, so it prints the README's block bit for bit.
 demo: $(STAMP)
 	$(VENV)/bin/trl-ada demo
+
+# Re-run notebooks/quickstart.ipynb top to bottom (headless, CPU, about two minutes) and store it with its outputs.
+notebook: $(STAMP)
+	$(PY) notebooks/execute.py
 
 # Two one-thread workers (tests/conftest.py pins each to one thread), each test file on one worker so that a file's
 # shared fixtures are built once; TEST_WORKERS=0 runs the suite in this process. The 15 slowest tests are listed at
