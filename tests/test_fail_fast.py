@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
+from mp_common import cpu_config
 from test_trainer import ada_logs, keyed_dataset, make_trainer
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
 from trl_ada import trainer as trainer_module
@@ -188,9 +189,9 @@ def test_a_reward_function_without_kwargs_fails_at_construction_naming_what_trl_
         passed.update(kwargs)
         return [0.0] * len(kwargs["completions"])
 
-    make_trainer(
-        toy_cold_dir, tmp_path / "spy", spy, keyed_dataset("ab"), trainer_cls=GRPOTrainer, max_steps=1
-    ).train()
+    settings = dict(per_device_train_batch_size=8, max_completion_length=3, max_steps=1)
+    args = cpu_config(str(tmp_path / "spy"), config_cls=GRPOConfig, num_generations=4, **settings)
+    GRPOTrainer(str(toy_cold_dir), spy, args=args, train_dataset=keyed_dataset("ab")).train()
     with pytest.raises(TypeError) as info:  # before any model loads: the name does not exist
         ReinforceAdaTrainer(
             "no/such-model", no_kwargs_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
