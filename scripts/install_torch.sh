@@ -4,8 +4,8 @@
 # Usage:  scripts/install_torch.sh PYTHON REQUIREMENT      e.g. scripts/install_torch.sh .venv/bin/python torch==2.13.0
 #
 # On Linux without an NVIDIA GPU (no `nvidia-smi` on PATH and no /proc/driver/nvidia) the package index's torch is the
-# CUDA build, about 0.9 GB of torch plus several GB of nvidia-* wheels that nothing here would use; so the requirement
-# is installed from PyTorch's CPU wheel index instead (about 190 MB). When that index cannot be reached (checked with a
+# CUDA build, several GB with its nvidia-* wheels, which nothing here would use; so the requirement is installed from
+# PyTorch's CPU wheel index instead (torch 2.13.0's CPU wheel is 192 MB). When that index cannot be reached (checked with a
 # 10 s timeout before pip is asked), or pip fails on it, the requirement comes from the default package index, and the
 # script says so. With an NVIDIA GPU, and on macOS or Windows (whose index wheels carry no CUDA), it comes from the
 # default index too. Each case prints one line saying which index it used and why.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 def close_names(wanted: str, choices: Iterable[str], limit: int = 3) -> list[str]:
@@ -19,17 +19,17 @@ def close_names(wanted: str, choices: Iterable[str], limit: int = 3) -> list[str
     return [by_key[key] for key in difflib.get_close_matches(wanted.replace("-", "_"), list(by_key), n=limit)]
 
 
-def did_you_mean(wanted: Sequence[str], choices: Iterable[str], render: Callable[[str], str] = repr) -> str:
-    """A note to append to the message naming `wanted`: ` (did you mean X?)` for the names with a close match in
-    `choices` (the best one each, shown with `render`), or an empty string when none has one."""
+def did_you_mean(wanted: Sequence[str], choices: Iterable[str]) -> str:
+    """A note to append to the message naming `wanted`: ` (did you mean 'x'?)` for the names with a close match in
+    `choices` (the best one each; with several names, which one it is for), or an empty string when none has one."""
     choices = list(choices)
     matches = {name: close_names(name, choices, limit=1) for name in wanted}
     found = [(name, match[0]) for name, match in matches.items() if match]
     if not found:
         return ""
     if len(wanted) == 1:
-        return f" (did you mean {render(found[0][1])}?)"
-    return " (did you mean " + ", ".join(f"{render(match)} for {render(name)}" for name, match in found) + "?)"
+        return f" (did you mean {found[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{match!r} for {name!r}" for name, match in found) + "?)"
 
 
 def budget_hint(samples_per_round: int, max_rounds: int, group: int, group_field: str = "num_generations") -> str:

@@ -658,8 +658,8 @@ def end_run(trainer) -> None:
 def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
     """Run ``trl-ada train`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code: 0 done, 1 the run
     failed before training (no network, a model that cannot be loaded, data without a split or column the run
-    needs), 2 a usage error, 130 Ctrl-C. ``launcher``
-    starts the command that Ctrl-C prints to resume the run (``python -m trl_ada.train`` when run as a module)."""
+    needs), 2 a usage error, 130 Ctrl-C. ``launcher`` starts the command that Ctrl-C prints to resume the run
+    (``python -m trl_ada.train`` when run as a module)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     trainer = training_args = None
     try:
