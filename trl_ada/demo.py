@@ -431,13 +431,13 @@ def _run(args: argparse.Namespace) -> dict[str, ToyRun]:
             output_dir=os.path.join(args.output_dir, key),
             log_every=args.log_every,
         )
+    print(timings(runs.values(), time.perf_counter() - start), flush=True)  # before the summary, which ends the run
     print(summary(runs.values(), args), flush=True)
-    print(timings(runs.values(), time.perf_counter() - start), flush=True)
     return runs
 
 
 def summary(runs: Sequence[ToyRun], args: argparse.Namespace) -> str:
-    """The side-by-side table the demo ends with: every number in it is reproducible (times come after it)."""
+    """The side-by-side table the demo ends with: every number in it is reproducible (times come before it)."""
     width = 17
     lines = [
         f"\nGRPO vs Reinforce-Ada on the toy task, same start: {args.steps} steps x {args.prompts_per_step} prompts, "
@@ -459,7 +459,8 @@ def summary(runs: Sequence[ToyRun], args: argparse.Namespace) -> str:
 
 
 def timings(runs: Sequence[ToyRun], total_seconds: float) -> str:
-    """Wall times, which vary from run to run and machine to machine (evaluations excluded from training time)."""
+    """Wall times, which vary from run to run and machine to machine (evaluations excluded from training time);
+    printed just before the summary, so that the run ends on the reproducible block."""
     training = ", ".join(f"{run.method} {run.train_seconds:.0f}s" for run in runs)
     return f"\nTraining time: {training}; {total_seconds:.0f}s in all."
 
