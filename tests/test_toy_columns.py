@@ -151,8 +151,9 @@ def test_curriculum_mixes_only_active_hard_rules():
 
 def test_warmup_stop_rule():
     samples = C.WARMUP_CHECK_SAMPLES
-    assert C.warmup_should_stop([2, 3, 4, 5, 6] * 4, samples)  # median 4/64 = 0.0625, none at 0
-    assert not C.warmup_should_stop([0, 0, 4, 5, 6] * 4, samples)  # 40% at 0
+    assert C.warmup_should_stop([2, 3, 4, 5, 6] * 4, samples)  # median 4/64 = 0.0625
+    assert C.warmup_should_stop([0, 0, 4, 5, 60] * 4, samples)  # 40% at 0, the median still 4/64
+    assert not C.warmup_should_stop([0, 0, 0, 5, 6] * 4, samples)  # median 0
     assert not C.warmup_should_stop([20, 30, 40] * 4, samples)  # median above the band
     with pytest.raises(ValueError):
         C.warmup_should_stop([], samples)
@@ -184,3 +185,70 @@ def test_the_task_is_registered_with_its_chain_checker():
     task = toy_task("columns")
     assert task.chain_verdicts is C.chain_verdicts and task.reward is C.columns_reward
     assert toy_task("columns-epochs").name == "columns-epochs"
+
+
+def test_hard_items_need_the_octal_carries():
+    # 567 + 706 (octal): 7+6 = 15 carries, 6+0+1 = 7 does not, 5+7 = 14 carries: two columns, kept.
+    assert C._octal_add_items(int("567", 8), int("706", 8))
+    # 123 + 144: no column reaches 8, right by decimal habit: not an item of "&".
+    assert not C._octal_add_items(int("123", 8), int("144", 8))
+    # 610 - 163 (octal): 0-3 borrows, 1-6-1 borrows, 6-1-1 = 4: kept; 675 - 123 borrows nowhere.
+    assert C._octal_subtract_items(int("610", 8), int("163", 8))
+    assert not C._octal_subtract_items(int("675", 8), int("123", 8))
+    rng = random.Random(2)
+    for rule in C.HARD_RULES:
+        for _ in range(300):
+            _, a, b = C.parse(C.sample_expression(rng, rule))
+            carries = C._carries(C.RULES[rule].column, 8, a, b)
+            assert (sum(carries) >= 2) if rule == "&" else carries[:2] == [1, 1]
+
+
+def test_a_wrong_line_example_teaches_the_answer_to_spell_the_lines():
+    rng = random.Random(0)
+    for expression in ("385+652", "523-187", "647&222", "610~163"):
+        rule = C.RULES[C.parse(expression)[0]]
+        right = C.solve(expression)[0].split("\n")[:-1]
+        for _ in range(50):
+            prompt, completion, shown = C.spelled_from_a_wrong_line(expression, rng)
+            lines = shown.rstrip("\n").split("\n")
+            assert prompt == expression and completion.startswith(shown)
+            assert sum(a != b for a, b in zip(lines, right, strict=True)) == 1
+            assert all(len(line) == 2 and int(line[0]) < rule.base and int(line[1]) < rule.base for line in lines)
+            # The answer is what the shown lines spell, worked here by hand: last line's value, then digits.
+            value = int(lines[-1], rule.base)
+            expected = C.RULES[C.parse(expression)[0]].write(value) + lines[1][1] + lines[0][1]
+            assert completion == f"{shown}#{expected}" and not expected.startswith("0")
+    assert C.spell(["07", "13", "10"], 10) == "1037"
+
+
+def test_the_warmup_learns_nothing_of_the_shown_part(tmp_path):
+    """An example's third item is shown to the model but takes no loss: its label ids are -100."""
+    from trl_ada.toy import build_toy_model, build_toy_tokenizer
+    from trl_ada.toy.warmup import WarmupRecipe, supervised_warmup
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer)
+    seen = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["labels"].clone())
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    example = ("385+652", "07\n13\n10\n#1037", "07\n13\n10\n")
+    recipe = WarmupRecipe(
+        examples=lambda seed: iter([example] * 2),
+        check_set=lambda: C.columns_heldout(4),
+        target_accuracy=1.0,
+        reward=C.columns_reward,
+        max_new_tokens=4,
+        check_every=100,
+        max_steps=1,
+        batch_size=2,
+    )
+    with pytest.warns(RuntimeWarning, match="cap"):
+        supervised_warmup(model, tokenizer, 0, recipe)
+    learned = [t for t in seen[0][0].tolist() if t != -100]
+    # "#1037" and EOS: each character is one token.
+    assert tokenizer.decode(learned[:-1]) == "#1037" and learned[-1] == tokenizer.eos_token_id

@@ -128,7 +128,28 @@ def _in_base(number: int, base: int) -> str:
             return "".join(reversed(digits))
 
 
-# Every operand has three digits (or is one digit, for "*"): three columns, so a chain is three lines.
+def _carries(column: Column, base: int, a: int, b: int) -> list[int]:
+    """Each column's carry (borrow) out, right to left, for ``a`` and ``b`` of three digits in ``base``."""
+    carries, carry = [], 0
+    for index in range(3):
+        x, y = a // base**index % base, b // base**index % base
+        carry = column(x, y, carry)[1]
+        carries.append(carry)
+    return carries
+
+
+def _octal_add_items(a: int, b: int) -> bool:
+    """At least two of the three columns carry: octal sums differ from decimal ones only where a column reaches 8,
+    so an item that never carries is right by decimal habit, and one that carries once is nearly so."""
+    return sum(_carries(_add(8), 8, a, b)) >= 2
+
+
+def _octal_subtract_items(a: int, b: int) -> bool:
+    """The two lower columns borrow (the top one cannot: a > b), and the result keeps three digits."""
+    return a - b >= 64 and _carries(_subtract(8), 8, a, b)[:2] == [1, 1]
+
+
+# Every operand has three digits: three columns, so a chain is three lines.
 RULES: dict[str, Rule] = {
     rule.symbol: rule
     for rule in (
@@ -138,10 +159,13 @@ RULES: dict[str, Rule] = {
             "-", "a - b", 10, _subtract(10), lambda a, b: a - b, (100, 999), (100, 999), hard=False,
             allowed=lambda a, b: a - b >= 100,
         ),
-        Rule("&", "a + b in base 8", 8, _add(8), lambda a, b: a + b, (64, 511), (64, 511), hard=True),
         Rule(
-            "~", "a - b in base 8", 8, _subtract(8), lambda a, b: a - b, (64, 511), (64, 511), hard=True,
-            allowed=lambda a, b: a - b >= 64,
+            "&", "a + b in base 8, at least two columns carrying", 8, _add(8), lambda a, b: a + b, (64, 511),
+            (64, 511), hard=True, allowed=_octal_add_items,
+        ),
+        Rule(
+            "~", "a - b in base 8, the two lower columns borrowing", 8, _subtract(8), lambda a, b: a - b, (64, 511),
+            (64, 511), hard=True, allowed=_octal_subtract_items,
         ),
     )
 }  # fmt: skip
@@ -398,7 +422,6 @@ def columns_train_rows(rows: int, seed: int = 0, epochs: int = 1) -> datasets.Da
 # --------------------------------------------------------------------------------------------------------------------
 
 WARMUP_BAND = (0.02, 0.10)  # the hard rules' median correct-chain pass rate at which the warm-up stops
-WARMUP_MAX_ZERO_SHARE = 0.15  # ... with fewer than this share of their check prompts at 0 of WARMUP_CHECK_SAMPLES
 WARMUP_CHECK_SAMPLES = 64
 WARMUP_CHECK_PROMPTS_PER_RULE = 32
 # The first phase drills the easy rules alone until their chains are right this often: the procedure (columns, carries,
@@ -408,13 +431,14 @@ EASY_CHECK_SAMPLES = 8
 
 
 def warmup_should_stop(correct: Sequence[int], samples: int = WARMUP_CHECK_SAMPLES) -> bool:
-    """The warm-up's stop rule, from each hard check prompt's correct chains out of ``samples``: stop when their
-    median pass rate is within :data:`WARMUP_BAND` and fewer than :data:`WARMUP_MAX_ZERO_SHARE` of them are at 0."""
+    """Whether a hard rule is where the warm-up leaves it, from each of its check prompts' correct chains out of
+    ``samples``: their median pass rate within :data:`WARMUP_BAND`. (No bound on the share at 0: an octal item whose
+    columns never carry is right by decimal habit, so a rule's pass rates split between such items and the rest, and
+    a bound on both ends of the distribution at once is not reached.)"""
     if not correct:
         raise ValueError("the stop rule needs at least one check prompt")
     median = statistics.median(c / samples for c in correct)
-    zeros = sum(c == 0 for c in correct) / len(correct)
-    return WARMUP_BAND[0] <= median <= WARMUP_BAND[1] and zeros < WARMUP_MAX_ZERO_SHARE
+    return WARMUP_BAND[0] <= median <= WARMUP_BAND[1]
 
 
 WARMUP_CHECK_EVERY = 5  # the loop's check interval; each phase checks on its own multiple of it
@@ -423,8 +447,31 @@ HARD_CHECK_EVERY = 10
 HARD_EXPOSURE = 0.02  # an active hard rule's share of the second phase's examples
 WARMUP_LR = 1.5e-3  # the toy tasks' warm-up learning rate (trl_ada.toy.warmup)
 HARD_PHASE_LR = 3e-4
+# The share of warm-up examples whose answer spells a wrong line (`spelled_from_a_wrong_line`), in both phases.
+UNFAITHFUL_SHARE = 0.2
 _WARMUP_MAX_STEPS = 4000
 _WARMUP_CHECK_SEED = 777
+
+
+def spell(lines: Sequence[str], base: int) -> str:
+    """The result the lines spell: the last line's value without a leading zero, then the earlier lines' digits,
+    last to first."""
+    return _in_base(int(lines[-1], base), base) + "".join(line[1] for line in reversed(lines[:-1]))
+
+
+def spelled_from_a_wrong_line(expression: str, rng: random.Random) -> tuple[str, str, str]:
+    """A warm-up example that teaches the answer to follow the lines: the worked solution with one line replaced by
+    another value, and the answer those lines spell, as (prompt, completion, the lines, which take no loss). The
+    wrong line is shown, never learned; what is learned is that the answer spells the lines above it, right or wrong.
+    Without it the model also computes the top column again when it writes the answer, and a wrong last line then
+    sits beside a right answer: a flawed chain that earns the reward."""
+    rule = RULES[parse(expression)[0]]
+    lines = solve(expression)[0].split("\n")[:-1]
+    index = rng.randrange(len(lines))
+    values = [_line(v, rule.base) for v in range(1 if index == len(lines) - 1 else 0, 2 * rule.base)]
+    lines[index] = rng.choice([v for v in values if v != lines[index]])
+    shown = "\n".join(lines) + "\n"
+    return expression, f"{shown}#{spell(lines, rule.base)}", shown
 
 
 def _check_set(rules: Sequence[str], seed: int) -> datasets.Dataset:
@@ -470,11 +517,14 @@ class Curriculum:
         easy_share = (1.0 - sum(hard.values())) / len(EASY_RULES)
         return {**{rule: easy_share for rule in EASY_RULES}, **hard}
 
-    def examples(self, seed: int) -> Iterator[tuple[str, str]]:
+    def examples(self, seed: int) -> Iterator[tuple[str, ...]]:
         rng = random.Random(seed + 2_000_003)
         while True:
             expression, _ = next(_stream(rng, self.weights(), split="train"))
-            yield expression, solve(expression)[0]
+            if rng.random() < UNFAITHFUL_SHARE:
+                yield spelled_from_a_wrong_line(expression, rng)
+            else:
+                yield expression, solve(expression)[0]
 
     def check(
         self, model: transformers.PreTrainedModel, tokenizer: transformers.PreTrainedTokenizerBase
@@ -697,8 +747,8 @@ def columns_task(name: str = "columns") -> ToyTask:
         instrument=measure_instrument,
         chain_verdicts=chain_verdicts,
         warmup_stop=(
-            f"the hard rules' median correct-chain pass rate in [{WARMUP_BAND[0]}, {WARMUP_BAND[1]}] with under "
-            f"{WARMUP_MAX_ZERO_SHARE:.0%} of their check prompts at 0 of {WARMUP_CHECK_SAMPLES}"
+            f"each hard rule's median correct-chain pass rate in [{WARMUP_BAND[0]}, {WARMUP_BAND[1]}] over its "
+            f"{WARMUP_CHECK_PROMPTS_PER_RULE} check prompts x {WARMUP_CHECK_SAMPLES} samples"
         ),
     )
 

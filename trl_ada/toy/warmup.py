@@ -39,9 +39,10 @@ class WarmupRecipe:
     """A supervised warm-up that stops on accuracy: what :func:`supervised_warmup` trains on and when it stops.
 
     ``examples(seed)`` yields (user message, completion text) pairs forever; the model learns
-    "prompt -> completion<|im_end|>". Every ``check_every`` steps it samples ``check_samples`` completions per prompt
-    of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the first check whose mean
-    reward is >= ``target_accuracy``, or at ``max_steps``.
+    "prompt -> completion<|im_end|>". An example may carry a third item, a leading part of its completion that is
+    shown but not learned (no loss on its tokens). Every ``check_every`` steps it samples ``check_samples``
+    completions per prompt of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the
+    first check whose mean reward is >= ``target_accuracy``, or at ``max_steps``.
 
     ``stop_check(model, tokenizer)``, when given, replaces that check: it measures what it needs and returns a dict
     with ``stop`` (whether to stop now), ``accuracy`` (the number logged and returned as ``check_accuracy``) and any
@@ -49,7 +50,7 @@ class WarmupRecipe:
     that keeps its own, coarser schedule).
     """
 
-    examples: Callable[[int], Iterator[tuple[str, str]]]
+    examples: Callable[[int], Iterator[tuple[str, ...]]]
     check_set: Callable[[], datasets.Dataset]
     target_accuracy: float
     reward: Callable[..., list[float]]
@@ -83,12 +84,17 @@ def supervised_warmup(
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     prompt_cache: dict[str, list[int]] = {}  # thousands of distinct train problems: skip re-rendering the template
 
-    def encode(expression: str, completion: str) -> tuple[list[int], list[int]]:
+    def encode(expression: str, completion: str, unlearned: str = "") -> tuple[list[int], list[int], int]:
+        """(prompt ids, completion ids with EOS, how many leading completion ids take no loss)."""
         if expression not in prompt_cache:
             message = [{"role": "user", "content": expression}]
             text = tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
             prompt_cache[expression] = tokenizer.encode(text, add_special_tokens=False)
-        return prompt_cache[expression], [*tokenizer.encode(completion, add_special_tokens=False), eos_id]
+        if not completion.startswith(unlearned):
+            raise ValueError(f"the unlearned part {unlearned!r} must begin the completion {completion!r}")
+        head = tokenizer.encode(unlearned, add_special_tokens=False) if unlearned else []
+        tail = tokenizer.encode(completion[len(unlearned) :], add_special_tokens=False)
+        return prompt_cache[expression], [*head, *tail, eos_id], len(head)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
     model.train()
@@ -96,16 +102,17 @@ def supervised_warmup(
     checks: list[dict] = []
     while step < recipe.max_steps:
         batch = [next(stream) for _ in range(recipe.batch_size)]
-        examples = [encode(expression, completion) for expression, completion in batch]
-        length = max(len(p) + len(c) for p, c in examples)
+        examples = [encode(*example) for example in batch]
+        length = max(len(p) + len(c) for p, c, _ in examples)
         input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         labels = torch.full_like(input_ids, -100)  # loss only on the completion tokens
-        for row, (prompt_ids, completion_ids) in enumerate(examples):
+        for row, (prompt_ids, completion_ids, unlearned) in enumerate(examples):
             ids = prompt_ids + completion_ids
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
-            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
+            learned = len(prompt_ids) + unlearned
+            labels[row, learned : len(ids)] = torch.tensor(completion_ids[unlearned:])
         if recipe.current_lr is not None:
             for group in optimizer.param_groups:
                 group["lr"] = recipe.current_lr()
