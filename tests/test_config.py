@@ -297,7 +297,7 @@ def ada_warnings(make, **kwargs) -> list[str]:
 
 
 def test_a_budget_equal_to_the_group_warns_that_sampling_is_uniform(make):
-    # The README's compute-bound settings under GRPOConfig's default group of 8: 4 x 2 = 8 = the group.
+    # The README's recommended settings under GRPOConfig's default group of 8: 4 x 2 = 8 = the group.
     (message,) = ada_warnings(make, sampling_strategy="positive", samples_per_round=4, max_rounds=2, num_generations=8)
     assert message.startswith(
         "sampling_strategy='positive' with a budget of samples_per_round * max_rounds = 4 * 2 = 8, equal to "

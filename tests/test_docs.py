@@ -1,6 +1,7 @@
-"""The documentation holds: the README's quick start runs as written and prints what the README shows, the
-configuration table lists every field `ReinforceAdaConfig` adds, every relative link and `#anchor` in the docs
-resolves, and the streaming page's claim that streaming and rounds pools differ is what the engine does."""
+"""The documentation holds: the README's quick start runs as written and prints what the README shows, its first
+screen holds the "When it pays" table, docs/configuration.md's table lists every field `ReinforceAdaConfig` adds,
+every relative link and `#anchor` in the docs resolves, and the streaming page's claim that streaming and rounds
+pools differ is what the engine does."""
 
 import ast
 import json
@@ -17,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 DOCS = [README, ROOT / "CONTRIBUTING.md", ROOT / "recipes" / "README.md", ROOT / "benchmarks" / "README.md"]
 STUDIES = sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))  # each study's full text, next to its results
 DOCS += STUDIES
@@ -142,9 +144,9 @@ def test_configuration_table_lists_every_field_the_config_adds():
     grpo = {f.name for f in fields(GRPOConfig)}
     added = {f.name for f in fields(ReinforceAdaConfig) if f.name not in grpo}
     changed = {"scale_rewards"}  # GRPOConfig's, with another default
-    table = [line for line in section(README.read_text(), "Configuration").splitlines() if line.startswith("| `")]
+    table = [line for line in section(CONFIGURATION.read_text(), "Every field").splitlines() if line.startswith("| `")]
     listed = {name for line in table for name in re.findall(r"`(\w+)`", line.split(" | ")[0])}
-    assert added | changed <= listed, f"missing from the README's configuration table: {sorted(added - listed)}"
+    assert added | changed <= listed, f"missing from docs/configuration.md's field table: {sorted(added - listed)}"
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -275,6 +277,84 @@ def test_the_readme_s_first_screen_says_what_has_run_where():
     assert "Nothing has yet run on a GPU or on a real (Hub-sized) model" in first_screen
 
 
+README_MAX_LINES = 300
+FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
+WHEN_IT_PAYS_ROWS = ("recommended", "the paper's defaults", "Ada-Est", "GRPO n=16")
+INTERVAL = re.compile(r"^[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
+
+
+def when_it_pays_table() -> tuple[int, list[list[str]]]:
+    """The README's "When it pays" table: the number of the line after it (lines counted from 1) and the cells of
+    its rows, header and separator left out."""
+    lines = README.read_text().splitlines()
+    start = lines.index("## When it pays")
+    first = next(i for i in range(start, len(lines)) if lines[i].startswith("|"))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("|"))
+    return end + 1, [
+        [cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines[first + 2 : end]
+    ]
+
+
+def test_the_readme_is_at_most_300_lines():
+    assert len(README.read_text().splitlines()) <= README_MAX_LINES, "move reference text to docs/ and link it"
+
+
+def test_the_when_it_pays_table_is_on_the_first_screen_with_a_row_per_configuration():
+    text = README.read_text()
+    end, rows = when_it_pays_table()
+    assert end <= FIRST_SCREEN_LINES and text.index("## When it pays") < text.index("\n## Contents\n")
+    assert len(rows) == len(WHEN_IT_PAYS_ROWS)
+    before = text[: text.index("## When it pays")]
+    for row, name in zip(rows, WHEN_IT_PAYS_ROWS, strict=True):
+        assert len(row) == 6, row
+        # Defined where first named: the row opens with the name and a clause saying what it is.
+        assert row[0].startswith(f"**{name}**: ") and len(row[0]) > len(name) + 20, row[0]
+        assert name not in before, f"{name!r} is named before the table defines it"
+        assert re.fullmatch(r"\d+(\.\d+)?", row[1]), row
+        assert all(INTERVAL.match(cell) or cell == "not measured" for cell in row[2:5]), row
+        assert re.fullmatch(r"\d+\.\d{2}", row[5]) or row[5] == "not measured", row
+    # The one-line rule follows the table, on the first screen.
+    after = text[text.index("## When it pays") : text.index("\n## Contents\n")]
+    assert "\n**The rule:** " in after
+
+
+def test_the_when_it_pays_numbers_are_the_benchmarks_own():
+    """Every interval and samples-per-prompt figure in the table is written as the benchmarks write it; the GPU
+    step times are the H200 record's medians over GRPO n=4's."""
+    _, rows = when_it_pays_table()
+    studies = [BENCHMARKS, *sorted(RESULTS.glob("*/README.md")), *sorted((RESULTS / "rules").glob("*.md"))]
+    benchmarks = " ".join(" ".join(path.read_text().split()) for path in studies)
+    quoted = [cell for row in rows for cell in row[2:5] if cell != "not measured"]
+    assert len(quoted) >= 10
+    assert not [cell for cell in quoted if cell not in benchmarks]
+    rules = " ".join((RESULTS / "rules" / "README.md").read_text().split())
+    drawn = (
+        "draws 6.07 completions per prompt",
+        "Seq-balanced draws 25.7",
+        "draws 8.00 completions per prompt",
+        "n=16",
+    )
+    for row, sentence in zip(rows, drawn, strict=True):
+        assert row[1] in sentence and sentence in rules, (row[1], sentence)
+    record = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
+    runs = {run["run"]: run for run in map(json.loads, record.read_text().splitlines())}
+    grpo = runs["grpo-4"]["median_step_s"]
+    by_name = {row[0].split("**")[1]: row[5] for row in rows}
+    assert by_name["recommended"] == f"{runs['ada-pos-4x2']['median_step_s'] / grpo:.2f}" == "1.60"
+    assert by_name["the paper's defaults"] == f"{runs['ada-bal-8x4']['median_step_s'] / grpo:.2f}" == "5.33"
+    assert by_name["Ada-Est"] == by_name["GRPO n=16"] == "not measured"
+
+
+def test_the_readme_links_the_reference_it_moved_to_docs():
+    """The long reference lives in docs/, linked from the README; every docs/ link there names a file that exists."""
+    targets = links(README.read_text())
+    for moved in ("docs/configuration.md", "docs/metrics.md", "docs/async.md", "docs/failure-modes.md"):
+        assert any(target.partition("#")[0] == moved for target in targets), moved
+    docs = [target.partition("#")[0] for target in targets if target.startswith("docs/")]
+    assert docs and all((ROOT / path).is_file() for path in docs), docs
+    assert "| `sampling_strategy` |" not in README.read_text(), "the field table lives in docs/configuration.md"
+
+
 def test_no_readme_command_installs_trl_ada_from_the_package_index():
     # trl-ada is not published: every install command in the README's code blocks works from a clone.
     installs = [
@@ -287,30 +367,45 @@ def test_no_readme_command_installs_trl_ada_from_the_package_index():
     assert all(command.startswith("pip install -e ") for command in installs), installs
 
 
-def test_the_compute_bound_snippet_sets_a_group_smaller_than_its_budget():
-    """With GRPOConfig's num_generations=8, a budget of samples_per_round x max_rounds = 4 x 2 = 8 equals the group:
-    every prompt would draw exactly 8, which is uniform sampling. The snippet must set the group to 4."""
-    text = section(README.read_text(), "Recommended configurations")
+def snippet_settings(snippet: str) -> dict[str, object]:
+    """The `name=value,` settings of a `ReinforceAdaConfig(...)` snippet, their values as Python literals."""
+    return {name: ast.literal_eval(value) for name, value in re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M)}
+
+
+def catalog_settings(key: str) -> dict[str, object]:
+    """What the benchmark's catalog trains as `key`: group, strategy and every option."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from learning_catalog import CATALOG
+
+    measured = CATALOG[key][0]
+    return {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy} | dict(
+        measured.options
+    )
+
+
+def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_its_budget():
+    """The README's recommended snippet sets what `recommended` in benchmarks/learning_catalog.py trains, and nothing
+    else (no prompt selection). With GRPOConfig's num_generations=8, a budget of samples_per_round x max_rounds =
+    4 x 2 = 8 equals the group: every prompt would draw exactly 8, which is uniform sampling; the group must be 4."""
+    text = section(README.read_text(), "Choosing a configuration")
     (snippet,) = [body for language, body in code_blocks(text) if "max_rounds=2" in body]
-    settings = dict(re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M))
-    assert (settings["samples_per_round"], settings["max_rounds"], settings["num_generations"]) == ("4", "2", "4")
+    assert snippet_settings(snippet) == catalog_settings("recommended")
+    assert snippet_settings(snippet) == {
+        "num_generations": 4,
+        "sampling_strategy": "positive",
+        "samples_per_round": 4,
+        "max_rounds": 2,
+    }
     comment = next(line for line in snippet.splitlines() if "num_generations=4" in line)
     assert "uniform" in comment and "default 8" in comment
 
 
 def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
-    """The README quotes Ada-Est's ten-seed numbers under its snippet: the snippet must set what `ada-est` in
-    benchmarks/learning_per_token.py trains with (group, strategy and every option), and nothing else."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from learning_per_token import CATALOG
-
-    text = section(README.read_text(), "Recommended configurations")
+    """docs/configuration.md quotes Ada-Est's ten-seed numbers under its snippet: the snippet must set what `ada-est`
+    in benchmarks/learning_catalog.py trains with (group, strategy and every option), and nothing else."""
+    text = section(CONFIGURATION.read_text(), "Choosing a configuration")
     (snippet,) = [body for language, body in code_blocks(text) if '"estimate"' in body]
-    settings = dict(re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M))
-    measured = CATALOG["ada-est"][0]
-    expected = {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy}
-    expected |= dict(measured.options)
-    assert {name: ast.literal_eval(value) for name, value in settings.items()} == expected
+    assert snippet_settings(snippet) == catalog_settings("ada-est")
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -428,7 +523,7 @@ def test_the_asynchronous_worker_s_cost_is_quoted_as_its_result_file_gives_it():
     )
     assert expected[3] == "3.15"  # the number the issue found quoted three ways
     quoted = {}
-    for doc in (README, ROOT / "docs" / "async.md", BENCHMARKS):
+    for doc in (ROOT / "docs" / "async.md", BENCHMARKS):
         quoted[doc.name] = ASYNC_SENTENCE.findall(" ".join(doc.read_text().split()))
         assert quoted[doc.name], f"{doc} no longer states the asynchronous worker's cost: update this test"
     assert all(found == expected for sentences in quoted.values() for found in sentences), (quoted, expected)
