@@ -780,8 +780,8 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     settings = report["settings"]
     grid = {"tokens": settings["token_grid"], "steps": settings["step_grid"]}
-    # B: 0.97 of 4 steps x 2 prompts x 4 completions x 15 tokens; the steps, geometric up to the 4th.
-    assert grid["tokens"][-1] == round(0.97 * 4 * 2 * 4 * 15) and grid["steps"] == [1, 2, 3, 4]
+    # B: 0.97 of 4 steps x 2 prompts x 4 completions x 14 tokens; the steps, geometric up to the 4th.
+    assert grid["tokens"][-1] == round(0.97 * 4 * 2 * 4 * 14) and grid["steps"] == [1, 2, 3, 4]
     for run in report["runs"]:
         served = sorted(i for c in run["checkpoints"] for i in c.get("token_points", ()))
         assert served == sorted(set(served))  # no point served twice

@@ -448,7 +448,7 @@ HARD_EXPOSURE = 0.02  # an active hard rule's share of the second phase's exampl
 WARMUP_LR = 1.5e-3  # the toy tasks' warm-up learning rate (trl_ada.toy.warmup)
 HARD_PHASE_LR = 3e-4
 # The share of warm-up examples whose answer spells a wrong line (`spelled_from_a_wrong_line`), in both phases.
-UNFAITHFUL_SHARE = 0.2
+UNFAITHFUL_SHARE = 0.3
 _WARMUP_MAX_STEPS = 4000
 _WARMUP_CHECK_SEED = 777
 
@@ -467,7 +467,9 @@ def spelled_from_a_wrong_line(expression: str, rng: random.Random) -> tuple[str,
     sits beside a right answer: a flawed chain that earns the reward."""
     rule = RULES[parse(expression)[0]]
     lines = solve(expression)[0].split("\n")[:-1]
-    index = rng.randrange(len(lines))
+    # The last line half the time: its value opens the answer, and the answer is where the model would compute it
+    # again instead of reading it (the earlier lines' digits it reads).
+    index = len(lines) - 1 if rng.random() < 0.5 else rng.randrange(len(lines) - 1)
     values = [_line(v, rule.base) for v in range(1 if index == len(lines) - 1 else 0, 2 * rule.base)]
     lines[index] = rng.choice([v for v in values if v != lines[index]])
     shown = "\n".join(lines) + "\n"
