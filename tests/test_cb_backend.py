@@ -130,15 +130,15 @@ def test_the_cache_is_sized_from_the_models_key_value_size_and_the_steps_rows():
     """Qwen2.5-0.5B (24 layers, 2 key-value heads of 64 = 896 / 14) in bf16: 2 x 24 x 2 x 64 x 2 bytes = 12,288 bytes
     a token. GRPO n=4 on 16 prompts (64 rows) of 64 prompt tokens and 256 completion tokens, in pages of 32:
     ceil(320 / 32) + 1 = 11 blocks a row, 704 blocks, 22,528 tokens, 276,824,064 bytes (264 MiB); a forward pass
-    takes every row's prompt, 4,096 tokens."""
+    takes twice the rows, 128 tokens, raised to the 256-token floor."""
     assert kv_bytes_per_token(QWEN_05B, 2) == 12_288
     size = cache_size(QWEN_05B, rows=64, prompt_length=64, completion_length=256)
-    assert (size.num_blocks, size.page_size, size.tokens, size.max_batch_tokens) == (704, 32, 22_528, 4_096)
+    assert (size.num_blocks, size.page_size, size.tokens, size.max_batch_tokens) == (704, 32, 22_528, 256)
     assert size.bytes == 22_528 * 12_288 == 276_824_064
-    # Ada's budget of 32 a prompt: 512 rows, the forward pass capped at transformers' default 8,192 tokens; a toy
-    # step's 64 rows of 10 tokens get the 256-token floor
-    assert cache_size(QWEN_05B, rows=512, prompt_length=64, completion_length=256).max_batch_tokens == 8_192
-    assert cache_size(QWEN_05B, rows=64, prompt_length=2, completion_length=8).max_batch_tokens == 256
+    # Ada's budget of 32 a prompt: 512 rows, 1,024 tokens a forward pass; 8,192 rows are capped at transformers'
+    # default of 8,192
+    assert cache_size(QWEN_05B, rows=512, prompt_length=64, completion_length=256).max_batch_tokens == 1_024
+    assert cache_size(QWEN_05B, rows=8_192, prompt_length=2, completion_length=8).max_batch_tokens == 8_192
     no_kv_heads = SimpleNamespace(num_hidden_layers=2, num_attention_heads=4, hidden_size=128)  # head_dim 32
     assert kv_bytes_per_token(no_kv_heads, 4) == 2 * 2 * 4 * 32 * 4
     with pytest.raises(ValueError, match="rows=0"):

@@ -39,10 +39,11 @@ from transformers import TrainerCallback  # noqa: E402  (after the offline setti
 
 BACKENDS = ("transformers", "continuous_batching")
 # transformers' default sizes the KV cache from free memory (gigabytes to zero-fill on a CPU, most of a GPU, which
-# would swamp the peak-memory reading). 16k token slots hold every request of a step at the defaults (16 prompts x up
-# to 32 draws x about 18 tokens); the toy model's cache is 1 KiB per token.
-CB_CACHE = (512, 32, 512)  # num_blocks, page_size (block_size before transformers 5.18), max_batch_tokens
+# would swamp the peak-memory reading): the check sizes it from the model and the step instead
+# (`trl_ada.backends.continuous_batching.cache_size`), for every row a run can have in flight at once.
+ADA_BUDGET = 8 * 4  # samples_per_round x max_rounds: the most draws of one prompt
 MIN_CB_TRANSFORMERS = "5.8.0"  # TRL's `use_transformers_continuous_batching` needs it
+NEW_TOKENS = 8  # max_completion_length
 
 
 @dataclass(frozen=True)
@@ -203,11 +204,12 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     from .toy import arithmetic_reward, make_arithmetic_dataset
 
     cuda = args.device == "cuda"
-    config, trainer_class = _run_config(spec, args, output_dir)
     reward = arithmetic_reward if args.model == "warm" else coin_reward
     dataset = make_arithmetic_dataset(args.steps * args.prompts, seed=args.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
+    prompt_length = max(len(tokenizer.apply_chat_template(p, add_generation_prompt=True)) for p in dataset["prompt"])
+    config, trainer_class = _run_config(spec, args, output_dir, model.config, prompt_length)
     before = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     trainer = trainer_class(model, reward, args=config, train_dataset=dataset, processing_class=tokenizer)
     for noisy in (ProgressCallback, PrinterCallback):
@@ -229,11 +231,14 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     return result
 
 
-def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tuple[Any, type]:
+def _run_config(
+    spec: RunSpec, args: argparse.Namespace, output_dir: str, model_config: Any, prompt_length: int
+) -> tuple[Any, type]:
     """The run's trainer config and class: the same settings for every run but its backend and method."""
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
+    from .backends.continuous_batching import cache_size
     from .compat import continuous_batching_cache
 
     settings: dict[str, Any] = dict(
@@ -249,7 +254,7 @@ def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tup
         max_steps=args.steps,
         per_device_train_batch_size=args.prompts * 4,
         num_generations=4,
-        max_completion_length=8,
+        max_completion_length=NEW_TOKENS,
         temperature=1.0,
         learning_rate=2e-4,
         lr_scheduler_type="constant",
@@ -257,7 +262,9 @@ def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tup
         scale_rewards="none",
     )
     if spec.backend == "continuous_batching":
-        cache = continuous_batching_cache(*CB_CACHE)
+        rows = args.prompts * (4 if spec.method == "GRPO" else ADA_BUDGET)
+        size = cache_size(model_config, rows, prompt_length, NEW_TOKENS, dtype_bytes=4 if args.dtype == "fp32" else 2)
+        cache = continuous_batching_cache(size.num_blocks, size.page_size, size.max_batch_tokens)
         settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
     if spec.method == "GRPO":
         return GRPOConfig(**settings), GRPOTrainer
@@ -395,8 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": f"toy ({'after its warm-up, arithmetic reward' if args.model == 'warm' else 'untrained, coin reward'}"
         f"), {model_config.num_hidden_layers} layers, hidden {model_config.hidden_size}, built or loaded in "
         f"{built:.1f} s: {model_dir}",
-        "workload": f"{_count(args.steps, 'step')} x {_count(args.prompts, 'prompt')}, group 4, 8 new tokens; Ada: "
-        "balanced, rounds of 8, at most 4; same start and prompts for every run",
+        "workload": f"{_count(args.steps, 'step')} x {_count(args.prompts, 'prompt')}, group 4, {NEW_TOKENS} new "
+        "tokens; Ada: balanced, rounds of 8, at most 4; same start and prompts for every run",
     }
     results = []
     with _output_dir(args.output_dir) as output_dir:

@@ -157,10 +157,11 @@ def cache_size(
     blocks of `page_size` tokens, plus one block per row of slack (a request's last block is partly empty).
 
     `rows` is the most requests a step has in flight: the group size times the prompts for GRPO, the per-prompt
-    budget (or the streaming window) times the prompts for Reinforce-Ada. `max_batch_tokens` defaults to every row's
-    prompt in one forward pass (at least 256 tokens, at most 8,192, transformers' own default): decoding needs one
-    token per running row, and prefill a prompt's tokens. Pass the sizes with `continuous_batching_config` (in
-    `trl_ada.compat`, which writes the installed transformers' names)."""
+    budget (or the streaming window) times the prompts for Reinforce-Ada. `max_batch_tokens` defaults to twice the
+    rows (at least 256, at most 8,192, transformers' own default): a decode step takes one token per running row,
+    and the rest goes to prefill. It is not larger because without flash attention transformers allocates an
+    attention mask of `max_batch_tokens` x (cache tokens + `max_batch_tokens`) elements. Pass the sizes with
+    `trl_ada.compat.continuous_batching_cache`, which writes the installed transformers' names."""
     if min(rows, prompt_length + completion_length, page_size, dtype_bytes) < 1:
         raise ValueError(
             f"cache_size: rows={rows}, prompt_length + completion_length={prompt_length + completion_length}, "
@@ -169,7 +170,7 @@ def cache_size(
     blocks_per_row = -(-(prompt_length + completion_length) // page_size) + 1
     num_blocks = rows * blocks_per_row
     if max_batch_tokens is None:
-        max_batch_tokens = min(8192, max(256, rows * prompt_length))
+        max_batch_tokens = min(8192, max(256, 2 * rows))
     size = num_blocks * page_size * kv_bytes_per_token(model_config, dtype_bytes)
     return CacheSize(num_blocks, page_size, max_batch_tokens, size)
 
