@@ -1,7 +1,9 @@
 """Where streaming through transformers' continuous batching loses time against one `model.generate` call, on CPU.
 
     python benchmarks/cb_profile.py                       # the 32.5M-parameter "small" Qwen2 shape, 16 prompts
-    python benchmarks/cb_profile.py --profile             # also cProfile the streaming run: our code vs transformers'
+    py-spy record --format raw --threads --rate 50 -o stream.raw -- \
+        python benchmarks/cb_profile.py --repeats 1 --methods 4      # sample every thread of one method's run
+    python benchmarks/cb_profile.py --summarize stream.raw         # where those samples went
 
 Generation only, no training: a Qwen2 model of the `small` shape (`trl_ada.sized_model`: 8 layers, hidden 512,
 vocabulary 16,384, random weights, built offline) samples completions for `--prompts` random prompts of
@@ -21,15 +23,18 @@ probability 2 / max-tokens) or, with `--fixed`, to the limit. The methods, each 
 Each continuous-batching run opens its own manager (as a training step does), with a cache sized by
 `trl_ada.backends.continuous_batching.cache_size` for its rows. Printed: seconds per method (median), tokens,
 tokens per second, and for the streaming run the events read, cancellations sent and aborted draws let finish.
+
+Continuous batching generates in a background thread, which Python's own profiler does not see: `--summarize`
+reads a py-spy raw profile taken with `--threads` (py-spy samples what each thread is running, idle waits left out)
+and splits the samples of the method's run: in the generation thread, attention (transformers'
+`sdpa_attention_forward`), linear layers, sampling and the rest; in the main thread, trl-ada's backend and engine,
+scoring, and transformers' manager start and stop.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import os
-import pstats
 import statistics
 import sys
 import time
@@ -55,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fixed", action="store_true", help="every completion to the limit")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--profile", action="store_true", help="cProfile the streaming run")
+    parser.add_argument("--summarize", metavar="RAW", help="split a py-spy raw profile of this script, and exit")
     parser.add_argument("--methods", default="01234", help="which methods, by position (default all: 01234)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -179,6 +184,10 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.summarize:
+        for name, share in summarize(args.summarize).items():
+            print(f"  {name:<58} {share:6.1%}")
+        return 0
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     bench = Bench(args)
@@ -212,23 +221,39 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<30} {median:>9.2f} {median / base:>10.2f} {count:>8.0f} {count / median:>9.0f}")
     if bench.counts:
         print(f"  streaming, last repeat: {bench.counts}")
-    if args.profile:
-        profile(bench)
     return 0
 
 
-def profile(bench: Bench) -> None:
-    """cProfile one streaming run (every thread's time is wall time in the main thread's waits): the functions that
-    took the most cumulative time, ours (trl_ada) and transformers' continuous batching, and the main thread's time
-    blocked in the queue."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    bench.streaming()
-    profiler.disable()
-    text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
-    stats.print_stats(25)
-    print(text.getvalue())
+CATEGORIES = (  # the first that a sampled stack holds names it
+    ("attention (transformers' sdpa_attention_forward)", ("sdpa_attention_forward",)),
+    ("linear layers", ("Linear.forward",)),
+    ("sampling", ("_sample",)),
+    (
+        "manager start, stop, destroy (transformers)",
+        ("init_continuous_batching", "Manager.start", "Manager.stop", "Manager.destroy", "__del__"),
+    ),
+    ("scoring (decode, reward)", (".score",)),
+    ("trl-ada backend (submit, wait, abort)", ("ContinuousBatchingBackend",)),
+    ("trl-ada engine", ("engine.py",)),
+)
+
+
+def summarize(path: str) -> dict[str, float]:
+    """Shares of the samples taken inside the timed methods (`Bench.*` in the main thread, the manager's generation
+    thread), by thread and `CATEGORIES`."""
+    counts: dict[str, int] = {}
+    for line in open(path, encoding="utf-8"):
+        stack, _, number = line.strip().rpartition(" ")
+        if not stack:
+            continue
+        generation_thread = "_run_generation_loop" in stack
+        if not generation_thread and ("Bench." not in stack or "Bench.__init__" in stack):
+            continue  # imports, the model's build, the printing
+        name = next((label for label, markers in CATEGORIES if any(m in stack for m in markers)), "other")
+        key = f"{'generation' if generation_thread else 'main'} thread: {name}"
+        counts[key] = counts.get(key, 0) + int(number)
+    total = sum(counts.values()) or 1
+    return {key: count / total for key, count in sorted(counts.items(), key=lambda item: -item[1])}
 
 
 if __name__ == "__main__":
