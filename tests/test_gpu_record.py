@@ -105,3 +105,13 @@ def test_the_prose_quotes_the_same_ratios():
     gpu = section((ROOT / "benchmarks" / "README.md").read_text(), "## On a GPU: what has run")
     for run in ("grpo-4", "ada-pos-4x2", "ada-bal-8x4", "cb-grpo-4"):
         assert f"| {RATIO[run]:.2f} |" in gpu
+
+
+def test_the_peak_memory_and_length_ranges_are_the_runs():
+    """"Ada's equals GRPO's": the ranges the docs give are each set of runs' smallest and largest peak."""
+    doc = " ".join(GPU_DOC.split())
+    peaks = [row["peak_mib"] for row in STEP_TIME.values() if row["backend"] == "generate"]
+    toy = [run["peak_memory_mib"] for run in CHECK["runs"] if run["backend"] == "transformers"]
+    assert f"({min(peaks):,}-{max(peaks):,} MiB at 0.5B, {min(toy):.0f}-{max(toy):.0f} MiB on the toy)" in doc
+    lengths = [row["metrics_last"]["completions/mean_length"] for row in STEP_TIME.values()]
+    assert f"mean length was {min(lengths):.0f}-{max(lengths):.0f} tokens" in doc
