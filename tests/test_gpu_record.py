@@ -108,7 +108,7 @@ def test_the_prose_quotes_the_same_ratios():
 
 
 def test_the_peak_memory_and_length_ranges_are_the_runs():
-    """"Ada's equals GRPO's": the ranges the docs give are each set of runs' smallest and largest peak."""
+    """ "Ada's equals GRPO's": the ranges the docs give are each set of runs' smallest and largest peak."""
     doc = " ".join(GPU_DOC.split())
     peaks = [row["peak_mib"] for row in STEP_TIME.values() if row["backend"] == "generate"]
     toy = [run["peak_memory_mib"] for run in CHECK["runs"] if run["backend"] == "transformers"]

@@ -39,7 +39,17 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 
 from transformers import TrainerCallback  # noqa: E402  (after the offline settings)
 
-from .gpu_check import StepTimer, continuous_batching_available, device_description, versions  # noqa: E402
+from .gpu_check import (  # noqa: E402
+    StepTimer,
+    comma_choices,
+    continuous_batching_available,
+    continuous_batching_settings,
+    device_description,
+    positive_int,
+    resolve_dtype,
+    timing_run_settings,
+    versions,
+)
 from .sized_model import SHAPES, build_model, pass_rate_reward, prompt_dataset, word_tokenizer  # noqa: E402
 
 LENGTHS = ("fixed", "varied")
@@ -152,38 +162,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", choices=sorted(SHAPES), default="qwen2.5-0.5b", help="the shape (default 0.5B)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a dry run of the same code")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="bf16 on CUDA, fp32 on CPU")
-    parser.add_argument("--prompts", type=_positive, default=16, help="prompts a step (default 16)")
-    parser.add_argument("--prompt-length", type=_positive, default=64, help="tokens a prompt (default 64)")
-    parser.add_argument("--max-tokens", type=_positive, default=256, help="max_completion_length (default 256)")
-    parser.add_argument("--steps", type=_positive, default=2, help="optimizer steps a run; the first is untimed")
+    parser.add_argument("--prompts", type=positive_int, default=16, help="prompts a step (default 16)")
+    parser.add_argument("--prompt-length", type=positive_int, default=64, help="tokens a prompt (default 64)")
+    parser.add_argument("--max-tokens", type=positive_int, default=256, help="max_completion_length (default 256)")
+    parser.add_argument("--steps", type=positive_int, default=2, help="optimizer steps a run; the first is untimed")
     parser.add_argument("--budget-seconds", type=float, default=480.0, help="the whole command's time (default 480)")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, from {', '.join(RUNS)}")
     parser.add_argument("--lengths", default=",".join(LENGTHS), help="comma-separated, from fixed, varied")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results to PATH as JSON")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    args.runs = _choose(parser, "--runs", args.runs, RUNS)
-    args.lengths = _choose(parser, "--lengths", args.lengths, LENGTHS)
-    if args.dtype is None:
-        args.dtype = "bf16" if args.device == "cuda" else "fp32"
-    if args.device == "cpu" and args.dtype != "fp32":
-        parser.error(f"--dtype {args.dtype} needs --device cuda; the CPU dry run trains in fp32")
+    args.runs = comma_choices(parser, "--runs", args.runs, list(RUNS))
+    args.lengths = comma_choices(parser, "--lengths", args.lengths, LENGTHS)
+    resolve_dtype(parser, args)
     return args
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _choose(parser: argparse.ArgumentParser, flag: str, text: str, known: Sequence[str]) -> list[str]:
-    chosen = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in known]
-    if unknown or not chosen:
-        parser.error(f"{flag}: {','.join(unknown) or 'none given'}; choose from {', '.join(known)}")
-    return chosen
 
 
 def plan(args: argparse.Namespace) -> tuple[list[tuple[Run, str]], list[str]]:
@@ -224,41 +216,17 @@ def trainer_for(run: Run, lengths: str, args: argparse.Namespace, model: Any, ou
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
-    from .backends.continuous_batching import cache_size
-    from .compat import continuous_batching_cache
 
     group = run.grpo or 4
-    settings: dict[str, Any] = dict(
-        output_dir=os.path.join(output_dir, f"{run.key}-{lengths}"),
-        use_cpu=args.device != "cuda",
-        bf16=args.dtype == "bf16",
-        fp16=args.dtype == "fp16",
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=args.seed,
-        max_steps=args.steps,
-        per_device_train_batch_size=args.prompts * group,
-        num_generations=group,
-        max_completion_length=args.max_tokens,
-        temperature=1.0,
-        learning_rate=1e-6,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        scale_rewards="none",
+    settings = timing_run_settings(os.path.join(output_dir, f"{run.key}-{lengths}"), args, learning_rate=1e-6)
+    settings.update(
+        per_device_train_batch_size=args.prompts * group, num_generations=group, max_completion_length=args.max_tokens
     )
     if run.engine == "cb":
-        in_flight = group if run.grpo else run.ada["samples_per_round"]
-        size = cache_size(
-            model.config,
-            args.prompts * in_flight,
-            args.prompt_length,
-            args.max_tokens,
-            dtype_bytes=4 if args.dtype == "fp32" else 2,
+        rows = args.prompts * (group if run.grpo else run.ada["samples_per_round"])
+        settings.update(
+            continuous_batching_settings(model.config, rows, args.prompt_length, args.max_tokens, args.dtype)
         )
-        cache = continuous_batching_cache(size.num_blocks, size.page_size, size.max_batch_tokens)
-        settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
     config = GRPOConfig(**settings) if run.grpo else ReinforceAdaConfig(**settings, **run.ada)
     peft_config = None
     if run.lora:
