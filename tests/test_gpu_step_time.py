@@ -78,6 +78,17 @@ def test_the_end_of_sequence_margin_gives_the_asked_rate_on_fresh_prompts():
     assert eos_margin(fixed, shape, 0.5, seed=1) > varied.eos_margin  # a higher rate needs a larger margin
 
 
+def test_a_bias_coordinate_that_does_not_stay_positive_is_an_error(monkeypatch):
+    """Without the shared embedding value the coordinate's sign varies across positions, so no margin could set the
+    rate: the build says so instead of training on a workload that is not the one asked for."""
+    import trl_ada.sized_model as sized_model
+
+    monkeypatch.setattr(sized_model, "BIAS_VALUE", 0.0)
+    for mean_length in (None, 4):
+        with pytest.raises(RuntimeError, match="bias coordinate is not positive everywhere"):
+            build_model(SHAPES["tiny"], seed=0, mean_length=mean_length, device="cpu")
+
+
 def test_arguments_and_what_this_machine_cannot_run(monkeypatch, capsys):
     args = parse_args([])
     assert (args.model, args.device, args.dtype, args.max_tokens, args.steps, args.budget_seconds) == (

@@ -125,7 +125,7 @@ PLAN = [
     ("streaming", "fixed"), ("grpo-4-cb", "fixed"), ("lora", "varied"),
 ]  # fmt: skip
 # Expected step time in GRPO n=4 steps (generate, same lengths), for the budget: 1.60 and 5.33 recorded on an H200
-# at 0.5B (benchmarks/results/gpu), 2.53 for GRPO n=4 through continuous batching, 7 for streaming (it did not
+# at 0.5B (benchmarks/results/gpu), 2.54 for GRPO n=4 through continuous batching, 7 for streaming (it did not
 # finish 3 steps in about 200 s there); the others from their rows and calls.
 ESTIMATE = {
     "grpo-4": 1.0, "grpo-8": 1.3, "grpo-16": 2.0, "recommended": 1.6, "paper": 5.3, "posterior": 3.5,

@@ -11,7 +11,8 @@ the same value in one coordinate, and the end-of-sequence token a larger one (th
 layer, so this raises the end-of-sequence score at every position by about the same margin). The margin is set from
 one forward pass over random prompts so that each token ends the completion with probability about
 1 / `mean_length`: geometric lengths, cut at the limit. `mean_length=None` sets the margin very low instead: every
-completion runs to the limit.
+completion runs to the limit. Both check, on that forward pass, that the coordinate stays positive at every position
+of the last hidden state, which is what makes the margin raise (or lower) the score everywhere.
 
 The reward (`pass_rate_reward`) is a pass-rate reward with a U-shaped per-prompt pass rate: prompt i carries p_i
 drawn from Beta(0.337, 0.298) (the fit to the paper's trained 1.5B model), and a completion earns 1 when a CRC32 of
@@ -29,7 +30,11 @@ from typing import Any
 PAPER_FIT = (0.3372, 0.2984)  # Beta parameters of the paper-fit pass-rate mix (benchmarks/sampler_efficiency.py)
 PAD, EOS = 0, 1  # token ids of <pad> and <eos>; t<id> for every other id
 BIAS_COORDINATE = 0  # the embedding coordinate that carries the end-of-sequence margin
-BIAS_VALUE = 1.0  # that coordinate's value in every token embedding (random init gives it about 0.02)
+# That coordinate's value in every token embedding (random init gives about 0.02). It must dominate the coordinate
+# through every layer so that the last hidden state keeps it positive at every position: at 1.0 it did not in
+# Qwen2.5-0.5B's 24 layers; at 10 and 50 it did.
+BIAS_VALUE = 20.0
+FIXED_MARGIN = -50.0  # the margin for completions that run to the limit: end-of-sequence never drawn
 
 
 @dataclass(frozen=True)
@@ -142,25 +147,35 @@ def build_model(shape: Shape, seed: int, mean_length: float | None, device: str,
     with torch.no_grad():
         embedding[:, BIAS_COORDINATE] = BIAS_VALUE
         if margin is None:
-            margin = -50.0 if mean_length is None else eos_margin(model, shape, 1.0 / mean_length, seed)
+            margin = eos_margin(model, shape, None if mean_length is None else 1.0 / mean_length, seed)
         embedding[EOS, BIAS_COORDINATE] = BIAS_VALUE + margin
     model.eos_margin = margin
     return model
 
 
-def eos_margin(model: Any, shape: Shape, rate: float, seed: int, prompts: int = 4, length: int = 64) -> float:
+def eos_margin(model: Any, shape: Shape, rate: float | None, seed: int, prompts: int = 4, length: int = 64) -> float:
     """The end-of-sequence margin (added to the end-of-sequence token's bias coordinate) at which the model's mean
-    probability of ending, over every position of `prompts` random prompts of `length` tokens, is `rate`. One forward
-    pass, then bisection on the margin: the last hidden states do not depend on it (no input holds `<eos>`), and the
-    end-of-sequence logit moves by margin x the hidden state's bias coordinate."""
+    probability of ending, over every position of `prompts` random prompts of `length` tokens, is `rate`
+    (`FIXED_MARGIN` for None). One forward pass, then bisection on the margin: the last hidden states do not depend on
+    it (no input holds `<eos>`), and the end-of-sequence logit moves by margin x the hidden state's bias coordinate,
+    which must be positive at every position (else the margin would lower the score at some and raise it at others:
+    an error, not a silent workload)."""
     import torch
 
     ids = torch.tensor(random_prompts(prompts, length, shape.vocab, seed + 2), device=model.device)
     with torch.no_grad():
         hidden = model.model(input_ids=ids).last_hidden_state.reshape(-1, shape.hidden).float()
+        lever = hidden[:, BIAS_COORDINATE]
+        if float(lever.min()) <= 0:
+            raise RuntimeError(
+                f"{shape.name}: the last hidden state's bias coordinate is not positive everywhere (min "
+                f"{float(lever.min()):.3g}); raise trl_ada.sized_model.BIAS_VALUE ({BIAS_VALUE})"
+            )
+        if rate is None:
+            return FIXED_MARGIN
         logits = hidden @ model.get_input_embeddings().weight.float().T
         others = torch.cat([logits[:, :EOS], logits[:, EOS + 1 :]], dim=1).logsumexp(dim=1)
-        eos, lever = logits[:, EOS], hidden[:, BIAS_COORDINATE]
+        eos = logits[:, EOS]
 
         def mean_rate(margin: float) -> float:
             return float(torch.sigmoid(eos + margin * lever - others).mean())
