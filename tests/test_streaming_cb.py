@@ -120,8 +120,10 @@ def test_positive_rule_streams_and_stops_each_prompt_on_its_own(toy_cold_dir, tm
     assert len(spy.cancelled) + spy.let_finish == sum(result.aborted for result in spy.results)
     assert spy.let_finish == sum(backend.let_finish for backend in spy.backends) and len(spy.backends) == 2
     assert len(set(spy.cancelled)) == len(spy.cancelled)
-    if round_sizing == "fixed":  # "b" asked for 8 and needed 4: some were still queued or running when it resolved
-        assert spy.cancelled
+    if round_sizing == "fixed":  # "b" asked for 8 and needed 4: some were still queued or running when it resolved,
+        # and were aborted: cancelled in the manager, or, as close to their 3-token limit as the steps under way
+        # take them, let finish there (which of the two depends on timing; tests/test_cb_backend.py pins the rule)
+        assert sum(result.aborted for result in spy.results) > 0
 
 
 def never_always_coin_trainer(toy_cold_dir, tmp_path, **options):
