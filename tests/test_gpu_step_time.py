@@ -132,9 +132,11 @@ def test_the_budget_estimate_is_grpo_n4s_step_times_the_runs_factor_plus_setup()
 
 
 def test_a_budget_that_runs_out_skips_the_rest_with_their_estimates(capsys):
-    """With 1 s of budget, GRPO n=4 runs (nothing to estimate from), stops after its first step, and every other run
-    is skipped with its estimate."""
-    assert gpu_step_time.main([*TINY, "--runs", "grpo-4,paper", "--lengths", "fixed", "--budget-seconds", "1"]) == 0
+    """With a millisecond of budget, GRPO n=4 runs (nothing to estimate from), stops after its first step, and every
+    other run is skipped with its estimate."""
+    assert (
+        gpu_step_time.main([*TINY, "--runs", "grpo-4,paper", "--lengths", "fixed", "--budget-seconds", "0.001"]) == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     rows = [m for m in map(ROW.match, lines) if m]
     assert [(m["label"].strip(), m["steps"]) for m in rows] == [("GRPO n=4", "1*")]
