@@ -115,3 +115,17 @@ def test_the_peak_memory_and_length_ranges_are_the_runs():
     assert f"({min(peaks):,}-{max(peaks):,} MiB at 0.5B, {min(toy):.0f}-{max(toy):.0f} MiB on the toy)" in doc
     lengths = [row["metrics_last"]["completions/mean_length"] for row in STEP_TIME.values()]
     assert f"mean length was {min(lengths):.0f}-{max(lengths):.0f} tokens" in doc
+
+
+def test_the_machine_and_versions_are_the_runs():
+    """The section's first sentence against env.txt: the device and its memory, the commit, torch's build."""
+    env = (RUN / "env.txt").read_text()
+    gpu, memory = re.match(r"(NVIDIA \w+), (\d+) MiB", env).groups()
+    commit = re.search(r"project (\w+)", env).group(1)
+    torch_build = re.search(r"torch (\S+)", env).group(1)
+    opening = " ".join(section(GPU_DOC, "## The first GPU run: NVIDIA H200, 2026-11-28").split())
+    assert f"On one {gpu} ({int(memory):,} MiB), at commit {commit}, with torch {torch_build}," in opening
+    for name, version in CHECK["versions"].items():
+        if name not in ("torch", "vllm"):
+            assert f"{name} {version}" in opening
+    assert "no vLLM" in opening and CHECK["versions"]["vllm"] == "not installed"
