@@ -1,16 +1,18 @@
 # `make demo` and `make test` set everything up from scratch on a fresh machine (Python >= 3.11 with venv).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# CPU wheel on the project's machines; set TORCH="torch==<version>" (or TORCH=) to bring your own CUDA build.
+# Installed first, by scripts/install_torch.sh: from PyTorch's CPU wheel index where there is no NVIDIA GPU (from the
+# default index, saying so, when that index cannot be reached), else from the default index (the CUDA build).
+# TORCH="torch==<version>" installs another version; TORCH= skips this (install your own build into $(VENV) first).
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-compat test-vllm lint format clean
+.PHONY: install demo notebook test test-compat test-vllm lint format clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(if $(TORCH),$(PY) -m pip install --quiet "$(TORCH)")
+	$(if $(TORCH),scripts/install_torch.sh $(PY) "$(TORCH)")
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
@@ -19,6 +21,10 @@ install: $(STAMP)
 # `trl-ada demo` pins torch's threads and kernels before torch loads, so it prints the README's block bit for bit.
 demo: $(STAMP)
 	$(VENV)/bin/trl-ada demo
+
+# Re-run notebooks/quickstart.ipynb top to bottom (headless, CPU, about two minutes) and store it with its outputs.
+notebook: $(STAMP)
+	$(PY) notebooks/execute.py
 
 # Two one-thread workers (tests/conftest.py pins each to one thread), each test file on one worker so that a file's
 # shared fixtures are built once; TEST_WORKERS=0 runs the suite in this process. The 15 slowest tests are listed at

@@ -325,7 +325,11 @@ def aa_floor(base_runs: Sequence[Run], splits: int = AA_SPLITS, seed: int = 0) -
 
 
 def late_gain(
-    base_runs: Sequence[Run], fraction: float = 0.6, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+    base_runs: Sequence[Run],
+    fraction: float = 0.6,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+    metric: str = "accuracy",
 ) -> dict[str, Any]:
     """Whether the baseline is still improving late in its run: each seed's accuracy at its last step minus its
     accuracy at ``fraction`` of that step (linearly interpolated between checkpoints), the mean over seeds and a
@@ -334,7 +338,7 @@ def late_gain(
     gains = []
     for run in base_runs:
         steps = [c["step"] for c in run["checkpoints"]]
-        accuracies = [c["accuracy"] for c in run["checkpoints"]]
+        accuracies = [c[metric] for c in run["checkpoints"]]
         gains.append(accuracies[-1] - value_at(steps, accuracies, fraction * steps[-1]))
     interval = _bootstrap_mean_interval(gains, resamples, random.Random(seed))
     return {"fraction": fraction, "gain": mean(gains), "gain_ci": interval, "per_seed": gains}
@@ -410,26 +414,29 @@ def heldout_at(runs: Sequence[Run], step: float, num_samples: int) -> dict[str, 
     }
 
 
-def checkpoint_measures(checkpoint: dict[str, Any], num_samples: int) -> dict[str, float]:
+def checkpoint_measures(checkpoint: dict[str, Any], num_samples: int, chain: bool = False) -> dict[str, float]:
     """What one held-out evaluation recorded besides accuracy, by name: ``pass@k`` for k in `PASS_AT_K` up to
-    ``num_samples``, ``entropy`` and ``accuracy:<label>`` for each label; a measure it did not record is absent."""
+    ``num_samples``, ``entropy`` and ``accuracy:<label>`` for each label; a measure it did not record is absent.
+    ``chain``: pass@k and the per-label accuracy count correct chains (``chain_correct``,
+    ``chain_accuracy_by_label``), not rewarded samples."""
+    counts, labels = ("chain_correct", "chain_accuracy_by_label") if chain else ("correct", "accuracy_by_label")
     measures: dict[str, float] = {}
-    if checkpoint.get("correct") is not None:
+    if checkpoint.get(counts) is not None:
         for k in PASS_AT_K:
-            value = mean_pass_at_k(checkpoint["correct"], num_samples, k)
+            value = mean_pass_at_k(checkpoint[counts], num_samples, k)
             if value is not None:
                 measures[f"pass@{k}"] = value
     if checkpoint.get("entropy") is not None:
         measures["entropy"] = checkpoint["entropy"]
-    for label, value in (checkpoint.get("accuracy_by_label") or {}).items():
+    for label, value in (checkpoint.get(labels) or {}).items():
         measures[f"accuracy:{label}"] = value
     return measures
 
 
-def measures_at(run: Run, column: str, x: float, num_samples: int) -> dict[str, float]:
+def measures_at(run: Run, column: str, x: float, num_samples: int, chain: bool = False) -> dict[str, float]:
     """Each of `checkpoint_measures` of one run at ``x`` of ``column`` ("tokens" or "step"), linearly interpolated
     between the checkpoints around it and held at the last one past its end; only measures every checkpoint has."""
-    per_checkpoint = [checkpoint_measures(c, num_samples) for c in run["checkpoints"]]
+    per_checkpoint = [checkpoint_measures(c, num_samples, chain) for c in run["checkpoints"]]
     names = set.intersection(*(set(m) for m in per_checkpoint)) if per_checkpoint else set()
     xs = [c[column] for c in run["checkpoints"]]
     return {name: value_at(xs, [m[name] for m in per_checkpoint], x, hold=True) for name in sorted(names)}
@@ -443,7 +450,11 @@ def heldout_frames(base_runs: Sequence[Run]) -> dict[str, tuple[str, float]]:
 
 
 def _seed_differences(
-    base_runs: Sequence[Run], method_runs: Sequence[Run], frames: dict[str, tuple[str, float]], num_samples: int
+    base_runs: Sequence[Run],
+    method_runs: Sequence[Run],
+    frames: dict[str, tuple[str, float]],
+    num_samples: int,
+    chain: bool = False,
 ) -> dict[str, dict[str, dict[int, float]]]:
     """frame -> measure -> seed -> the method's measure minus the baseline's, for the seeds both ran and the
     measures both recorded."""
@@ -451,7 +462,10 @@ def _seed_differences(
     differences: dict[str, dict[str, dict[int, float]]] = {}
     for frame, (column, x) in frames.items():
         per_seed = {
-            s: (measures_at(base[s], column, x, num_samples), measures_at(mine[s], column, x, num_samples))
+            s: (
+                measures_at(base[s], column, x, num_samples, chain),
+                measures_at(mine[s], column, x, num_samples, chain),
+            )
             for s in seeds
         }
         names = set.intersection(*(set(b) & set(m) for b, m in per_seed.values()))

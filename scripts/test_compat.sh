@@ -12,7 +12,8 @@
 #                 the newest release's dependencies (so a TRL newer than setup.cfg's range still installs).
 #   COMPAT_DIR    .compat                 where the venvs, logs and results.md live (gitignored)
 #   COMPAT_TESTS  the test files below
-#   TORCH         torch==2.13.0           installed first in each venv (the CPU wheel on the project's machines)
+#   TORCH         torch==2.13.0           installed first in each venv by scripts/install_torch.sh (the CPU build
+#                                         where there is no NVIDIA GPU)
 #   PYTHON        python3                 the interpreter the venvs are made from
 # A venv is rebuilt when its entry or setup.cfg changed; delete $COMPAT_DIR to rebuild them all.
 set -uo pipefail
@@ -63,7 +64,7 @@ make_venv() {
     "$PYTHON" -m venv "$dir" || return 1
     local pip=("$dir/bin/python" -m pip install --quiet)
     "${pip[@]}" --upgrade pip || return 1
-    if [[ -n $TORCH ]]; then "${pip[@]}" "$TORCH" || return 1; fi
+    if [[ -n $TORCH ]]; then scripts/install_torch.sh "$dir/bin/python" "$TORCH" || return 1; fi
     if [[ $spec == src=* ]]; then
         # Our dependencies first (with the newest supported TRL), then the source tree over them: its version may
         # lie outside setup.cfg's range, which pip reports and installs anyway.

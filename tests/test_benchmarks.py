@@ -11,7 +11,11 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import learning_catalog
 import learning_per_token
+import learning_report
+import learning_runs
+import learning_stats
 import overhead
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -50,7 +54,7 @@ def test_summary_ratios_on_seed_averaged_curves():
         # Never reaches 0.50.
         fake_run("grpo-16", 0, [0, 4000, 8000], [0.40, 0.42, 0.44]),
     ]
-    rows = {row["key"]: row for row in learning_per_token.summarise(runs)}
+    rows = {row["key"]: row for row in learning_report.summarise(runs)}
     assert rows["grpo-4"]["target_accuracy"] == pytest.approx(0.50)
     assert rows["grpo-4"]["tokens_to_target"] == pytest.approx(2000)
     assert rows["grpo-4"]["tokens_ratio"] == pytest.approx(1.0)
@@ -74,7 +78,7 @@ def test_summary_ratios_on_seed_averaged_curves():
     # (900 * 0.42 + 1000 * 0.48) / 1900.
     assert rows["grpo-4"]["auc_token_budget"] == 1900
     assert rows["grpo-4"]["auc_tokens"]["values"][0] == pytest.approx((900 * 0.42 + 1000 * 0.48) / 1900)
-    table = learning_per_token.markdown_table(list(rows.values()))
+    table = learning_report.markdown_table(list(rows.values()))
     assert "not reached" in table and "1,500 (0.75x [" in table and "1,650 (1 not)" in table
 
 
@@ -119,12 +123,15 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
         return dict(testbed)
 
     monkeypatch.setattr(learning_per_token, "measure_testbed", fake_measure)
+    checked = []  # the runs are made up here: record the reproduction check instead of training again
+    monkeypatch.setattr(learning_per_token, "check_reproduces", lambda *args: checked.append(args[2:]))
     common = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--jobs", "1"]
     common += ["--output-dir", str(tmp_path)]
     first = learning_per_token.main([*common, "--seeds", "0", "1", "2", "--methods", "grpo-4", "--name", "grpo"])
     reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
     report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
     assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
+    assert checked == [("grpo-4", 0)]  # ... after checking that its first seed reproduces here
     # Same first seed, model and settings: the testbed is the earlier report's, not measured again.
     assert measured == [0] and report["testbed"]["from"] == str(tmp_path / "grpo.json")
     assert [(r["key"], r["seed"]) for r in report["runs"]] == [
@@ -240,22 +247,22 @@ def test_summary_leads_with_the_auc_delta_and_the_table_with_the_aa_floor():
     offsets = [0.0, 0.0, 0.02, 0.02]
     base = [fake_run("grpo-4", s, [0, 1000, 2000], [0.40 + a, 0.50 + a, 0.60 + a]) for s, a in enumerate(offsets)]
     better = [fake_run("better", s, [0, 1000, 2000], [0.41 + a, 0.51 + a, 0.61 + a]) for s, a in enumerate(offsets)]
-    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *better])}
+    rows = {row["key"]: row for row in learning_report.summarise([*base, *better])}
     assert list(rows["better"])[:5] == ["key", "method", "seeds", "auc_delta", "auc_delta_ci"]
     assert rows["better"]["auc_delta"] == pytest.approx(0.01)
     assert rows["better"]["auc_delta_ci"] == [pytest.approx(0.01), pytest.approx(0.01)]  # paired: the seeds cancel
     assert rows["better"]["acc_delta_at_25"] == pytest.approx(0.01)
     assert rows["better"]["comparison_token_budget"] == 2000 and rows["better"]["short_of_budget"] is False
-    floor = learning_per_token.aa_floor(base)
-    table = learning_per_token.markdown_table(list(rows.values()), floor)
+    floor = learning_stats.aa_floor(base)
+    table = learning_report.markdown_table(list(rows.values()), floor)
     assert "| GRPO-4 | 4 | baseline |" in table
     assert "| BETTER | 4 | +0.010 [+0.010, +0.010] | +0.010 [+0.010, +0.010] |" in table
     # Two seeds on each side: +0.02, 0 or -0.02 for the split that puts both high seeds on one side.
     assert "| *A/A floor: GRPO n=4 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in table
     assert "A/A floor: GRPO n=4's 4 seeds split at random into two halves of 2" in table
     assert "pass@" not in table  # no run recorded per-prompt counts
-    few = learning_per_token.summarise([*base[:2], *better[:2]])
-    assert "cannot be computed from 2 GRPO n=4 seeds" in learning_per_token.markdown_table(few, None)
+    few = learning_report.summarise([*base[:2], *better[:2]])
+    assert "cannot be computed from 2 GRPO n=4 seeds" in learning_report.markdown_table(few, None)
 
 
 def test_the_papers_pairings_compare_each_method_with_its_own_reference():
@@ -278,7 +285,7 @@ def test_the_papers_pairings_compare_each_method_with_its_own_reference():
         *runs("ada-est-noweight", 0.02),
         *runs("ada-positive", 0.05),
     ]
-    rows, floors = learning_per_token.paired_comparisons(everything)
+    rows, floors = learning_report.paired_comparisons(everything)
     assert [(row["key"], row["reference"]) for row in rows] == [("ada-est", "grpo-8"), ("ada-est", "ada-est-noweight")]
     versus_grpo8, versus_noweight = rows
     assert versus_grpo8["comparison_token_budget"] == 2000 and versus_grpo8["seeds"] == [0, 1, 2, 3]
@@ -290,11 +297,11 @@ def test_the_papers_pairings_compare_each_method_with_its_own_reference():
     assert set(floors) == {"grpo-8", "ada-est-noweight"}
     assert floors["grpo-8"]["aa_floor"]["auc_delta"]["range"] == [pytest.approx(-0.02), pytest.approx(0.02)]
     assert floors["grpo-8"]["heldout_aa_floor"] is None  # no held-out samples given
-    section = learning_per_token.pairings_section(rows, floors)
+    section = learning_report.pairings_section(rows, floors)
     assert "Against GRPO-8 (`grpo-8`):" in section and "Against ADA-EST-NOWEIGHT (`ada-est-noweight`):" in section
     assert "| ADA-EST | 4 | +0.030 [+0.030, +0.030] |" in section
     assert "| *A/A floor: GRPO-8 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in section
-    assert learning_per_token.pairings_section([], {}) is None
+    assert learning_report.pairings_section([], {}) is None
 
 
 def test_summary_reads_heldout_measures_where_every_run_recorded_them():
@@ -308,11 +315,11 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
     runs = [recorded("grpo-4", s, [1, 8], 1.2) for s in (0, 1)] + [recorded("ada", s, [1, 8], 0.6) for s in (0, 1)]
     runs.append(fake_run("old", 0, [0, 1000, 2000], [0.4, 0.5, 0.6]))
     runs.append(fake_run("old", 1, [0, 1000, 2000], [0.4, 0.5, 0.6]))
-    rows = {row["key"]: row for row in learning_per_token.summarise(runs, heldout_samples=8)}
+    rows = {row["key"]: row for row in learning_report.summarise(runs, heldout_samples=8)}
     assert rows["ada"]["pass_at_k"] == {"1": pytest.approx(9 / 16), "8": 1.0, "32": None}
     assert rows["ada"]["entropy"] == pytest.approx(0.6) and rows["ada"]["heldout_step"] == 20
     assert rows["old"]["pass_at_k"] == {"1": None, "8": None, "32": None} and rows["old"]["entropy"] is None
-    table = learning_per_token.markdown_table(list(rows.values()))
+    table = learning_report.markdown_table(list(rows.values()))
     assert "| method | at step | pass@1 | pass@8 | pass@32 |" in table
     assert "| ADA | 20 | 0.562 | 1.000 |  | 0.600 → 0.600 | 2: 0.500 |" in table
     assert "| OLD | 20 |  |  |  |  |  |" in table
@@ -332,7 +339,7 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
 def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
     # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
     # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
-    report = learning_per_token.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json"
+    report = learning_catalog.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json"
     argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
     combined = learning_per_token.main(argv)
     rows = {row["key"]: row for row in combined["summary"]}
@@ -372,19 +379,19 @@ def test_paired_bootstrap_intervals_hand_worked():
     # Final accuracies 0.60 and 0.68 on seeds 0 and 1: a resample's mean final is 0.60, 0.64 or 0.68, the two ends
     # each with probability 1/4, so the 95% interval is [0.60, 0.68].
     fast = [fake_run("ada", s, [0, 500, 1000], [0.40, 0.40 + a, 0.60 + 2 * a]) for s, a in enumerate([0.0, 0.04])]
-    intervals = learning_per_token.paired_bootstrap(base, fast, resamples=400)
+    intervals = learning_stats.paired_bootstrap(base, fast, resamples=400)
     assert intervals["final_accuracy_ci"] == [pytest.approx(0.60), pytest.approx(0.68)]
     # The baseline's curves at half the tokens, seed by seed: every resample's ratio is 0.5.
     copies = [fake_run("ada", s, [0, 500, 1000], [0.40, 0.40 + a, 0.50 + a]) for s, a in enumerate([0.0, 0.04])]
-    same_shape = learning_per_token.paired_bootstrap(base, copies, resamples=400)
+    same_shape = learning_stats.paired_bootstrap(base, copies, resamples=400)
     assert same_shape["tokens_ratio_ci"] == [pytest.approx(0.5), pytest.approx(0.5)]
     assert same_shape["seconds_ratio_ci"] == [pytest.approx(0.5), pytest.approx(0.5)]
     # A method that never reaches the target has no finite upper bound.
     slow = [fake_run("slow", s, [0, 1000, 2000], [0.40, 0.41, 0.42]) for s in range(2)]
-    assert learning_per_token.paired_bootstrap(base, slow, resamples=50)["tokens_ratio_ci"] == [None, None]
+    assert learning_stats.paired_bootstrap(base, slow, resamples=50)["tokens_ratio_ci"] == [None, None]
     with pytest.raises(ValueError, match="no seed"):
-        learning_per_token.paired_bootstrap(base, [fake_run("ada", 7, [0, 10], [0.4, 0.5])])
-    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *copies])}
+        learning_stats.paired_bootstrap(base, [fake_run("ada", 7, [0, 10], [0.4, 0.5])])
+    rows = {row["key"]: row for row in learning_report.summarise([*base, *copies])}
     assert (
         rows["ada"]["tokens_ratio"] == pytest.approx(0.5)
         and rows["ada"]["tokens_ratio_ci"] == same_shape["tokens_ratio_ci"]
@@ -407,7 +414,7 @@ def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
         )
         for s, a in enumerate([0.0, 0.02])
     ]
-    rows = {row["key"]: row for row in learning_per_token.summarise([*base, *cheap], match_tokens=True)}
+    rows = {row["key"]: row for row in learning_report.summarise([*base, *cheap], match_tokens=True)}
     assert rows["cheap"]["token_budget"] == pytest.approx(2000)
     assert rows["cheap"]["tokens_to_target"] == pytest.approx(1250)
     assert rows["cheap"]["tokens_ratio"] == pytest.approx(1250 / 2000)
@@ -416,23 +423,23 @@ def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
     assert rows["cheap"]["steps_at_budget"] == 40 and rows["cheap"]["steps"] == 60
     assert rows["cheap"]["tokens_total"] == pytest.approx(2000)
     # Read to their ends instead, the curves give the final accuracy after 60 steps.
-    whole = {row["key"]: row for row in learning_per_token.summarise([*base, *cheap])}
+    whole = {row["key"]: row for row in learning_report.summarise([*base, *cheap])}
     assert whole["cheap"]["final_accuracy"] == pytest.approx(0.61) and whole["cheap"]["token_budget"] is None
     # Every resample's final accuracy is read at its own baseline budget (2000 tokens here, for every resample).
-    ci = learning_per_token.paired_bootstrap(base, cheap, resamples=400, match_tokens=True)
+    ci = learning_stats.paired_bootstrap(base, cheap, resamples=400, match_tokens=True)
     assert ci["final_accuracy_ci"] == [pytest.approx(0.56), pytest.approx(0.58)]
-    table = learning_per_token.markdown_table(list(rows.values()))
+    table = learning_report.markdown_table(list(rows.values()))
     assert "| CHEAP | 40 of 60 |" in table
 
 
 def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals(tmp_path):
     settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.37}
-    assert learning_per_token.method_steps(settings, "grpo-4") == 200
-    assert learning_per_token.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
+    assert learning_runs.method_steps(settings, "grpo-4") == 200
+    assert learning_runs.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
     # At least twice GRPO n=4's tokens a step: they pass its budget within its steps, so they train its steps.
     for key in ("grpo-8", "grpo-16", "ada-balanced", "ada-est"):
-        assert learning_per_token.method_steps(settings, key) == 200
-    assert learning_per_token.method_steps({**settings, "match_tokens": None}, "recommended") == 200
+        assert learning_runs.method_steps(settings, key) == 200
+    assert learning_runs.method_steps({**settings, "match_tokens": None}, "recommended") == 200
     with pytest.raises(SystemExit, match="at least 1"):
         learning_per_token.main(["--match-tokens", "0.5"])
     with pytest.raises(SystemExit, match="give one"):
@@ -440,35 +447,36 @@ def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals
 
 
 def test_list_tasks_prints_one_task_a_line(capsys):
-    assert learning_per_token.main(["--list-tasks"]) == {"tasks": ["arithmetic", "reasoning", "rules", "rules-epochs"]}
-    assert capsys.readouterr().out == "arithmetic\nreasoning\nrules\nrules-epochs\n"
+    tasks = ["arithmetic", "reasoning", "rules", "rules-epochs", "columns", "columns-epochs"]
+    assert learning_per_token.main(["--list-tasks"]) == {"tasks": tasks}
+    assert capsys.readouterr().out == "".join(f"{task}\n" for task in tasks)
 
 
 def test_method_shape_keeps_completions_per_run_and_evaluation_points():
     settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.4, "prompts_per_step": 16}
     # GRPO n=4: 16 prompts x 4 = 64 completions a step. n=2 over 32 prompts: also 64, so the same steps (extended as
     # every non-baseline method's are). n=4 over 8 prompts: 32, so twice the steps, evaluated every 20.
-    assert learning_per_token.method_shape(settings, "grpo-4") == (200, 16, 10)
-    assert learning_per_token.method_shape(settings, "memory-2") == (280, 32, 10)
-    assert learning_per_token.method_shape(settings, "grpo-2-wide") == (280, 32, 10)
-    assert learning_per_token.method_shape(settings, "memory-2-select") == (280, 32, 10)
-    assert learning_per_token.method_shape(settings, "memory-2-lr2") == (280, 32, 10)
-    assert learning_per_token.method_shape(settings, "memory-2-lr1.25") == (280, 32, 10)
-    assert learning_per_token.method_shape(settings, "grpo-4-narrow") == (560, 8, 20)
-    assert learning_per_token.method_shape({**settings, "prompts_per_step": 8}, "grpo-4-narrow") == (560, 4, 20)
+    assert learning_runs.method_shape(settings, "grpo-4") == (200, 16, 10)
+    assert learning_runs.method_shape(settings, "memory-2") == (280, 32, 10)
+    assert learning_runs.method_shape(settings, "grpo-2-wide") == (280, 32, 10)
+    assert learning_runs.method_shape(settings, "memory-2-select") == (280, 32, 10)
+    assert learning_runs.method_shape(settings, "memory-2-lr2") == (280, 32, 10)
+    assert learning_runs.method_shape(settings, "memory-2-lr1.25") == (280, 32, 10)
+    assert learning_runs.method_shape(settings, "grpo-4-narrow") == (560, 8, 20)
+    assert learning_runs.method_shape({**settings, "prompts_per_step": 8}, "grpo-4-narrow") == (560, 4, 20)
     with pytest.raises(SystemExit, match="grpo-4-narrow"):
-        learning_per_token.method_shape({**settings, "prompts_per_step": 5}, "grpo-4-narrow")
+        learning_runs.method_shape({**settings, "prompts_per_step": 5}, "grpo-4-narrow")
 
 
 def test_memory_methods_use_the_memory_baseline(tmp_path):
     from trl_ada.demo import _toy_config, _toy_settings
 
-    method, _ = learning_per_token.CATALOG["memory-2"]
+    method, _ = learning_catalog.CATALOG["memory-2"]
     settings = _toy_settings(method, 64, 10, 32, 0, 1e-4, "none", tmp_path, 1)
     config, _ = _toy_config(method, settings, 8, 4)
     assert (config.advantage_baseline, config.num_generations, config.sampling_strategy) == ("memory", 2, "uniform")
     assert config.per_device_train_batch_size == 64
-    method, _ = learning_per_token.CATALOG["memory-2-select"]
+    method, _ = learning_catalog.CATALOG["memory-2-select"]
     config, _ = _toy_config(method, _toy_settings(method, 64, 10, 32, 0, 1e-4, "none", tmp_path, 1), 8, 4)
     assert (config.advantage_baseline, config.prompt_selection, config.selection_threshold) == (
         "memory",
@@ -484,7 +492,7 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
     from trl_ada.demo import _toy_config, _toy_settings
 
     def config_of(key):
-        method, _ = learning_per_token.CATALOG[key]
+        method, _ = learning_catalog.CATALOG[key]
         return _toy_config(method, _toy_settings(method, 64, 10, 16, 0, 1e-4, "none", tmp_path, 1), 8, 4)[0]
 
     assert type(config_of("grpo-4-lr2")) is GRPOConfig and config_of("grpo-4-lr2").learning_rate == 2e-4
@@ -499,8 +507,8 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
 
 
 def test_recommended_is_a_catalog_method_under_its_own_name():
-    recommended, _ = learning_per_token.CATALOG["recommended"]
-    source, _ = learning_per_token.CATALOG[learning_per_token.RECOMMENDED]
+    recommended, _ = learning_catalog.CATALOG["recommended"]
+    source, _ = learning_catalog.CATALOG[learning_catalog.RECOMMENDED]
     assert (recommended.num_generations, recommended.strategy, recommended.options) == (
         source.num_generations,
         source.strategy,
@@ -516,7 +524,7 @@ def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_pa
     from trl_ada.demo import _toy_config, _toy_settings
 
     def config_of(key):
-        method, _ = learning_per_token.CATALOG[key]
+        method, _ = learning_catalog.CATALOG[key]
         settings = _toy_settings(method, 64, 10, 16, 0, 1e-4, "none", tmp_path, 1)
         return _toy_config(method, settings, 8, 4)
 
@@ -530,24 +538,24 @@ def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_pa
 
 def test_group_signal_probability_hand_worked():
     # 16 samples, 8 right: C(8, 4) = 70 all-right and 70 all-wrong groups of 4 among C(16, 4) = 1820.
-    assert learning_per_token.group_signal_probability(8, 16) == pytest.approx(1 - 140 / 1820)
-    assert learning_per_token.group_signal_probability(0, 16) == 0.0
+    assert learning_runs.group_signal_probability(8, 16) == pytest.approx(1 - 140 / 1820)
+    assert learning_runs.group_signal_probability(0, 16) == 0.0
     # 3 right: no group of 4 is all right (C(3, 4) = 0); C(13, 4) = 715 are all wrong.
-    assert learning_per_token.group_signal_probability(3, 16) == pytest.approx(1 - 715 / 1820)
-    assert learning_per_token.group_signal_probability(16, 16) == 0.0
+    assert learning_runs.group_signal_probability(3, 16) == pytest.approx(1 - 715 / 1820)
+    assert learning_runs.group_signal_probability(16, 16) == 0.0
 
 
 def test_oracle_subsets_hand_worked():
     # Four prompts of 8 samples (groups of 4, C(8, 4) = 70): right 0, 4, 2, 8; mean lengths 40, 10, 20, 30.
     # P(signal): 0; 1 - (1 + 1) / 70 = 34/35; 1 - (0 + C(6, 4) = 15) / 70 = 11/14; 0.
     # Average signal per token: (34/35 + 11/14) / 100 = 0.01757; P / L: 0.0971 (kept), 0.0393 (kept), 0 and 0.
-    subsets = learning_per_token.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 20.0, 30.0], 8)
+    subsets = learning_runs.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 20.0, 30.0], 8)
     assert subsets["agree"]["prompts"] == ["b", "c"]
     assert subsets["agree"]["token_share"] == pytest.approx(0.3) and subsets["agree"]["signal_share"] == 1.0
     assert subsets["signal_per_token"]["prompts"] == ["b", "c"]
     # With prompt c twice as long (40), its 11/14 / 40 = 0.0196 still beats (34/35 + 11/14) / 120 = 0.0146; at 80 it
     # does not (0.0098 against 0.0110), and the subset is b alone, holding 34/35 / (34/35 + 11/14) of the signal.
-    longer = learning_per_token.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 80.0, 30.0], 8)
+    longer = learning_runs.oracle_subsets(["a", "b", "c", "d"], [0, 4, 2, 8], [40.0, 10.0, 80.0, 30.0], 8)
     assert longer["signal_per_token"]["prompts"] == ["b"]
     assert longer["signal_per_token"]["signal_share"] == pytest.approx((34 / 35) / (34 / 35 + 11 / 14))
     assert longer["signal_per_token"]["token_share"] == pytest.approx(10 / 160)
@@ -563,7 +571,7 @@ def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
     full = task.train_rows(800, 3)
     contents = [prompt[-1]["content"] for prompt in full["prompt"]]
     keep = sorted(set(contents))[:50]  # 50 of the 400 prompts
-    rows = learning_per_token.training_rows(task, 120, 3, keep)
+    rows = learning_runs.training_rows(task, 120, 3, keep)
     picked = [prompt[-1]["content"] for prompt in rows["prompt"]]
     # The seed's epochs, rebuilt as the task documents them: each a random.Random(seed) shuffle of the fixed set.
     train = [prompt[-1]["content"] for prompt in reasoning_train_set()["prompt"]]
@@ -574,12 +582,12 @@ def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
         expected += [train[i] for i in epoch if train[i] in set(keep)]
     assert picked == expected[:120]
     assert [sorted(picked[k : k + 50]) for k in (0, 50)] == [keep, keep]  # whole epochs over the subset
-    assert learning_per_token.training_rows(task, 16, 3)["prompt"] == full.select(range(16))["prompt"]
+    assert learning_runs.training_rows(task, 16, 3)["prompt"] == full.select(range(16))["prompt"]
 
 
 def test_summary_needs_the_baseline():
     with pytest.raises(ValueError, match="grpo-4"):
-        learning_per_token.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])
+        learning_report.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])
 
 
 def test_section_clock_charges_nested_time_to_the_inner_section(monkeypatch):
@@ -756,6 +764,50 @@ def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
     assert "Testbed at the start" in (tmp_path / "tiny.md").read_text()
 
 
+@pytest.mark.slow
+def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
+    """The columns task on its untrained model: every run evaluated on the shared grid with its chain measures, the
+    grid report's rows and floors, and --baseline-from's check that the baseline's first seed trains the same
+    numbers here (passes as it is, refuses a report whose numbers were altered)."""
+    from learning_reproduce import check_reproduces
+
+    from trl_ada.toy import toy_model_dir
+
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="columns")
+    argv = ["--task", "columns", "--steps", "4", "--heldout", "8", "--heldout-samples", "2", "--prompts-per-step", "2"]
+    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "ada-positive", "--jobs", "1"]
+    argv += ["--model-dir", str(cold), "--no-heldout-entropy"]
+    report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
+    settings = report["settings"]
+    grid = {"tokens": settings["token_grid"], "steps": settings["step_grid"]}
+    # B: 0.97 of 4 steps x 2 prompts x 4 completions x 15 tokens; the steps, geometric up to the 4th.
+    assert grid["tokens"][-1] == round(0.97 * 4 * 2 * 4 * 15) and grid["steps"] == [1, 2, 3, 4]
+    for run in report["runs"]:
+        served = sorted(i for c in run["checkpoints"] for i in c.get("token_points", ()))
+        assert served == sorted(set(served))  # no point served twice
+        for c in run["checkpoints"]:
+            assert 0 <= c["chain_accuracy"] <= c["accuracy"] <= 1  # a correct chain is always rewarded
+            assert len(c["chain_correct"]) == 8 and sum(c["chain_correct"]) / 16 == pytest.approx(c["chain_accuracy"])
+            assert "flawed_rewarded_share" in c
+        steps = [c["step"] for c in run["checkpoints"] if c.get("step_point")]
+        assert steps == [0, 1, 2, 3, 4]
+    grpo = [run for run in report["runs"] if run["key"] == "grpo-4"]
+    assert all(sorted(i for c in run["checkpoints"] for i in c["token_points"]) == list(range(len(grid["tokens"])))
+               for run in grpo)  # fmt: skip
+    rows = {row["key"]: row for row in report["summary"]}
+    assert set(rows["grpo-4"]["hard_chain_gain"]) == {"&", "~"}
+    assert "auc_delta" in rows["ada-positive"] and "steps_to_90_ratio_resolved" in rows["ada-positive"]
+    assert report["aa_floor"]["splits"] == 6  # C(4, 2) ordered pairs of halves
+    assert report["testbed"]["instrument_samples_per_prompt"] == 128
+    assert report["testbed"]["heldout_fact_overlap"] == 0.0
+    assert "Correct-chain accuracy" in (tmp_path / "tiny.md").read_text()
+
+    check_reproduces(report, settings, "grpo-4", 0)  # the same code and kernels: the same numbers
+    report["runs"][0]["checkpoints"][1]["chain_accuracy"] += 0.25
+    with pytest.raises(SystemExit, match="does not reproduce"):
+        check_reproduces(report, settings, "grpo-4", 0)
+
+
 def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
     from trl_ada.toy import toy_model_dir
 
@@ -809,7 +861,7 @@ def test_the_claims_methods_build_the_papers_configurations():
         "grpo-26": ("GRPOTrainer", None, None, None, 26),
     }
     for key, (trainer, strategy, weighting, allocation, group) in expected.items():
-        spec = learning_per_token.CATALOG[key][0]
+        spec = learning_catalog.CATALOG[key][0]
         settings = _toy_settings(spec, 32, 10, 16, 0, 1e-4, "none", "unused", 1)
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # no "field ignored" or "budget equals the group" warning
@@ -819,4 +871,4 @@ def test_the_claims_methods_build_the_papers_configurations():
             assert (config.sampling_strategy, config.difficulty_weighting) == (strategy, weighting)
         if allocation is not None:
             assert (config.allocation_rule, config.samples_per_prompt_mean) == (allocation, 8)
-        assert key in learning_per_token.EQUAL_STEPS
+        assert key in learning_catalog.EQUAL_STEPS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -335,3 +336,34 @@ def test_fields_the_strategy_ignores_are_named_when_set(make):
         ada_warnings(make, sampling_strategy="estimate", max_rounds=2) == []
     )  # gives max_samples_per_prompt's default
     assert ada_warnings(make, sampling_strategy="positive", samples_per_round=4, round_sizing="posterior") == []
+
+
+BUDGET_HINT = r"Raise max_rounds to (\d+) or samples_per_round to (\d+), or lower num_generations to (\d+)\."
+
+
+@pytest.mark.parametrize(("samples_per_round", "max_rounds", "group"), [(1, 2, 4), (3, 1, 4), (2, 3, 8), (5, 1, 6)])
+def test_the_budget_error_names_the_smallest_value_of_each_field_that_fills_the_group(
+    make, samples_per_round, max_rounds, group
+):
+    """Each suggested change on its own makes the config valid, and one less would not."""
+
+    def build(spr: int, rounds: int, n: int):
+        return make(
+            sampling_strategy="positive", samples_per_round=spr, max_rounds=rounds, num_generations=n,
+            per_device_train_batch_size=840,  # whole groups of every size from 1 to 8
+        )  # fmt: skip
+
+    with pytest.raises(ValueError) as info:
+        build(samples_per_round, max_rounds, group)
+    match = re.search(BUDGET_HINT, str(info.value))
+    assert match, str(info.value)
+    rounds, spr, smaller_group = map(int, match.groups())
+    build(samples_per_round, rounds, group)
+    build(spr, max_rounds, group)
+    build(samples_per_round, max_rounds, smaller_group)
+    for too_small in ((samples_per_round, rounds - 1, group), (spr - 1, max_rounds, group)):
+        if min(too_small) >= 1:
+            with pytest.raises(ValueError, match="could never be filled"):
+                build(*too_small)
+    with pytest.raises(ValueError, match="could never be filled"):
+        build(samples_per_round, max_rounds, smaller_group + 1)

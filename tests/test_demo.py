@@ -94,6 +94,7 @@ def test_demo_prints_the_same_twice_from_empty_caches(tmp_path):
     first, second = map(without_times, outputs)
     assert first == second
     assert len(summary_block(first)) == 8 and "3 steps x 8 prompts" in first
+    assert first.splitlines()[-8:] == summary_block(first), "the summary is the last thing the demo prints"
     assert first.count("GRPO n=4 ") >= 3 and first.count("Ada-balanced ") >= 3  # a line per step per method
 
 
@@ -147,3 +148,5 @@ def test_readme_demo_block_is_what_make_demo_prints(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "not pinned" not in result.stderr
     assert summary_block(result.stdout) == summary_block(README.read_text())
+    # It ends with that block, as the README says (the wall times come just before it).
+    assert result.stdout.rstrip("\n").splitlines()[-8:] == summary_block(README.read_text())

@@ -3,9 +3,11 @@ configuration table lists every field `ReinforceAdaConfig` adds, every relative 
 resolves, and the streaming page's claim that streaming and rounds pools differ is what the engine does."""
 
 import ast
+import json
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import fields
@@ -16,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = [README, ROOT / "CONTRIBUTING.md", ROOT / "recipes" / "README.md", ROOT / "benchmarks" / "README.md"]
-DOCS += [ROOT / "benchmarks" / "results" / "README.md"]
+STUDIES = sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))  # each study's full text, next to its results
+DOCS += STUDIES
 DOCS += sorted((ROOT / "docs").glob("*.md"))
 
 
@@ -309,3 +312,138 @@ def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
     expected = {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy}
     expected |= dict(measured.options)
     assert {name: ast.literal_eval(value) for name, value in settings.items()} == expected
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# docs/cli.md: the exit codes it documents are the ones the command returns
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def exit_code_table() -> list[tuple[int, str, str]]:
+    """(exit code, when, example command or "") for each row of docs/cli.md's exit-code table."""
+    text = section(
+        (ROOT / "docs" / "cli.md").read_text().replace("\n### ", "\n## "), "Errors, exit codes, Ctrl-C and resume"
+    )
+    rows = [line.strip("|").split(" | ") for line in text.splitlines() if re.match(r"^\| \d+ \|", line)]
+    return [(int(code), when, example.strip().strip("`")) for code, when, example in rows]
+
+
+def test_every_exit_code_docs_cli_md_documents_is_what_its_example_returns(monkeypatch, capsys, tmp_path):
+    from trl_ada import cli
+
+    table = exit_code_table()
+    assert [code for code, _, _ in table] == [0, 1, 2, 130]
+    assert "`prompt` column" in table[1][1], "a missing prompt column is documented under exit code 1"
+    monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
+    for code, _, example in table:
+        if code == cli.EXIT_INTERRUPTED:  # Ctrl-C: tests/test_train_cli.py sends the signal to a real run
+            assert not example
+            continue
+        argv = shlex.split(example)
+        assert argv[0] == "trl-ada", example
+        if argv[1] == "train":  # outputs go to a temporary folder, not the repository
+            argv += ["--output_dir", str(tmp_path / "out")]
+        assert cli.main(argv[1:]) == code, (example, capsys.readouterr().err[-2000:])
+        err = capsys.readouterr().err.strip()
+        if code:  # an error is one line, after any progress bars, without a traceback
+            assert err.splitlines()[-1].startswith(f"trl-ada {argv[1]}: error: ") and "Traceback" not in err
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# benchmarks/README.md: a short index; each study's full text next to its results
+# -------------------------------------------------------------------------------------------------------------------
+
+BENCHMARKS = ROOT / "benchmarks" / "README.md"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def linked_files(doc: Path) -> set[Path]:
+    """The files (and folders) the relative links of a Markdown file point to, resolved."""
+    paths = (target.partition("#")[0] for target in links(doc.read_text()))
+    return {(doc.parent / path).resolve() for path in paths if path and not re.match(r"^[a-z][a-z0-9+.-]*:", path)}
+
+
+def test_the_benchmarks_index_is_at_most_400_lines_and_links_every_study_file():
+    assert len(BENCHMARKS.read_text().splitlines()) <= 400
+    folders = sorted(path for path in RESULTS.iterdir() if path.is_dir())
+    assert [path.parent for path in STUDIES] == folders, "every results folder holds its study's README.md"
+    assert len(STUDIES) >= 10
+    linked = linked_files(BENCHMARKS)
+    assert not [str(path.relative_to(ROOT)) for path in STUDIES if path.resolve() not in linked]
+    for study in STUDIES:  # and each study links back to the index
+        assert BENCHMARKS.resolve() in linked_files(study), study
+
+
+def test_every_result_file_is_named_in_its_study():
+    """A JSON, Markdown table or plot in a results folder is linked from that folder's README.md (by itself, or a
+    sibling of the same name with another extension: `x.md` stands for `x.json` and `x.png`)."""
+    unnamed = []
+    for study in STUDIES:
+        linked = linked_files(study)
+        stems = {path.with_suffix("") for path in linked}
+        for path in study.parent.rglob("*"):
+            if path.is_file() and path != study and path.resolve().with_suffix("") not in stems:
+                unnamed.append(str(path.relative_to(ROOT)))
+    assert not unnamed, unnamed
+
+
+def test_superseded_studies_say_so_and_why_first():
+    index = BENCHMARKS.read_text()
+    for folder, heading in (("arithmetic", "Learning per generated token"), ("reasoning", "The reasoning task")):
+        first_screen = " ".join((RESULTS / folder / "README.md").read_text().split("\n## ")[0].split())
+        assert "**Superseded**" in first_screen and "rules task" in first_screen, folder
+        paragraph = index[index.index(f"\n### {heading}\n") :].split("\n### ")[1]
+        assert paragraph.split("\n", 2)[2].startswith("**Superseded**"), heading
+        assert f"results/{folder}/README.md" in paragraph
+    # The summary is the current instrument's: it names the superseded tasks only as superseded.
+    summary = section(index, "Summary")
+    assert "rules task" in summary and "superseded by the rules task" in " ".join(summary.split())
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# One number per fact: the documents quote a result the way its source gives it
+# -------------------------------------------------------------------------------------------------------------------
+
+USER_DOCS = [
+    README,
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "recipes" / "README.md",
+    BENCHMARKS,
+    *sorted((ROOT / "docs").glob("*.md")),
+]
+ASYNC_SENTENCE = re.compile(
+    r"balanced worker trains ([\d.]+)% of its groups with signal against ([\d.]+)% for TRL(?:'s)? n=4(?: worker)?, "
+    r"at ([\d.]+)x the tokens per group[;:,] per group with signal it takes ([\d.]+)x"
+)
+
+
+def test_the_asynchronous_worker_s_cost_is_quoted_as_its_result_file_gives_it():
+    rows = json.loads((RESULTS / "async" / "async_worker.json").read_text())["results"]["throughput/paper"]["summary"]
+    by_key = {row["key"]: row for row in rows}
+    balanced, trl = by_key["ada-bal"], by_key["trl4"]
+    expected = (
+        f"{100 * balanced['signal']['mean']:.1f}",
+        f"{100 * trl['signal']['mean']:.1f}",
+        f"{balanced['tokens_x_trl4']['mean']:.2f}",
+        f"{balanced['seconds_per_signal_x_trl4']['mean']:.2f}",
+    )
+    assert expected[3] == "3.15"  # the number the issue found quoted three ways
+    quoted = {}
+    for doc in (README, ROOT / "docs" / "async.md", BENCHMARKS):
+        quoted[doc.name] = ASYNC_SENTENCE.findall(" ".join(doc.read_text().split()))
+        assert quoted[doc.name], f"{doc} no longer states the asynchronous worker's cost: update this test"
+    assert all(found == expected for sentences in quoted.values() for found in sentences), (quoted, expected)
+    study = " ".join((RESULTS / "async" / "README.md").read_text().split())
+    assert f"{expected[3]}x (balanced)" in study and f"{expected[0]}% of its groups with signal" in study
+
+
+def test_accuracy_differences_are_written_as_the_claims_table_writes_them():
+    """ "+0.009" in one place and "0.9 points" in another were the same result: the claims table writes an accuracy or
+    pass@k difference as a fraction, and so does every document a user reads, and the rules task's study."""
+    points = re.compile(r"\d+(?:\.\d+)? points\b")
+    found = {
+        str(doc.relative_to(ROOT)): points.findall(doc.read_text())
+        for doc in [*USER_DOCS, RESULTS / "rules" / "README.md"]
+    }
+    assert not any(found.values()), {doc: hits for doc, hits in found.items() if hits}
+    assert "+0.009 [+0.002, +0.015]" in section(BENCHMARKS.read_text(), "The paper's claims, one by one")

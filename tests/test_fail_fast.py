@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
+from mp_common import cpu_config
 from test_trainer import ada_logs, keyed_dataset, make_trainer
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
 from trl_ada import trainer as trainer_module
@@ -174,6 +175,46 @@ def test_a_dataset_without_a_prompt_column_fails_at_construction_naming_its_colu
             "no/such-model", half_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"),
             eval_dataset={"holdout": dataset},
         )  # fmt: skip
+
+
+def no_kwargs_reward(prompts, completions, key):  # no **kwargs: GRPOTrainer passes more than these
+    return [0.0] * len(completions)
+
+
+def test_a_reward_function_without_kwargs_fails_at_construction_naming_what_trl_would_pass(toy_cold_dir, tmp_path):
+    # What GRPOTrainer really passes, recorded from one step of plain GRPO.
+    passed = set()
+
+    def spy(**kwargs):
+        passed.update(kwargs)
+        return [0.0] * len(kwargs["completions"])
+
+    settings = dict(per_device_train_batch_size=8, max_completion_length=3, max_steps=1)
+    args = cpu_config(str(tmp_path / "spy"), config_cls=GRPOConfig, num_generations=4, **settings)
+    GRPOTrainer(str(toy_cold_dir), spy, args=args, train_dataset=keyed_dataset("ab")).train()
+    with pytest.raises(TypeError) as info:  # before any model loads: the name does not exist
+        ReinforceAdaTrainer(
+            "no/such-model", no_kwargs_reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("ab")
+        )
+    message = str(info.value)
+    assert message.startswith("Reward function 'no_kwargs_reward' does not accept the keyword argument(s) ")
+    assert f"argument(s) {sorted(passed - {'prompts', 'completions', 'key'})}, which GRPOTrainer passes" in message
+    assert "Accept **kwargs: `def no_kwargs_reward(completions, **kwargs)`" in message
+
+
+def test_reward_callables_that_take_everything_and_reward_models_pass_construction(
+    toy_cold_dir, tmp_path, grpo_init_unreached
+):
+    class Scorer:  # a callable object with **kwargs
+        def __call__(self, completions, **kwargs):
+            return [0.0] * len(completions)
+
+    def every_keyword(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, key):
+        return [0.0] * len(completions)
+
+    for reward in (Scorer(), every_keyword, half_reward, str(toy_cold_dir)):  # the last: a reward model's name
+        with pytest.raises(Reached):  # past the checks, to where GRPOTrainer would load the model
+            ReinforceAdaTrainer(toy_cold_dir, reward, args=cpu_args(tmp_path), train_dataset=keyed_dataset("a"))
 
 
 def test_reinforce_ada_config_given_to_plain_grpo_trainer_warns(toy_cold_dir, tmp_path):

@@ -1,6 +1,6 @@
 """The first GPU run, as the docs print it, against its files (benchmarks/results/gpu/h200-2026-11-28): the check's
 report in docs/gpu-check.md against its JSON, the step-time table against its JSON lines, and the ratios the
-README and benchmarks/README.md quote."""
+README, benchmarks/README.md and benchmarks/results/gpu/README.md quote."""
 
 import json
 import re
@@ -102,9 +102,12 @@ def test_the_prose_quotes_the_same_ratios():
     readme = " ".join((ROOT / "README.md").read_text().split("\n## Contents\n")[0].split())
     for ratio in (RATIO["ada-pos-4x2"], RATIO["ada-bal-8x4"], RATIO["cb-grpo-4"]):
         assert f"{ratio:.2f}x" in readme
-    gpu = section((ROOT / "benchmarks" / "README.md").read_text(), "## On a GPU: what has run")
+    gpu = section((ROOT / "benchmarks" / "results" / "gpu" / "README.md").read_text(), "## On a GPU: what has run")
     for run in ("grpo-4", "ada-pos-4x2", "ada-bal-8x4", "cb-grpo-4"):
         assert f"| {RATIO[run]:.2f} |" in gpu
+    index = " ".join(section((ROOT / "benchmarks" / "README.md").read_text(), "### On a GPU: what has run").split())
+    for run in ("ada-pos-4x2", "ada-bal-8x4", "cb-grpo-4"):
+        assert f"{RATIO[run]:.2f}x" in index
 
 
 def test_the_peak_memory_and_length_ranges_are_the_runs():

@@ -1,27 +1,31 @@
-"""The quickstart notebook runs end to end, offline on CPU, and computes what its prose claims.
+"""The quickstart notebook runs end to end, offline on CPU, computes what its prose claims, and is stored with the
+outputs a fresh run gives.
 
-The notebook is executed with nbclient in a temporary working directory, on a kernel that is this interpreter. A
-probe cell appended in memory (the file on disk is untouched) reads back the notebook's variables as JSON.
+The notebook is executed as `make notebook` executes it (notebooks/execute.py: nbclient, a kernel that is this
+interpreter, a temporary working directory). A probe cell appended in memory (the file on disk is untouched) reads
+back the notebook's variables as JSON.
 """
 
+import copy
 import json
 import math
 import os
 import pathlib
+import re
 import sys
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))
+from execute import NOTEBOOK, execute, for_the_page  # noqa: E402  (notebooks/ is not a package)
 
-NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
-KERNEL_NAME = "trl-ada-test-python"  # unique, so no installed kernel spec of the same name can shadow ours
-TIMEOUT = 600  # per cell, seconds; a warm cache runs the whole notebook in about two minutes
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 
 PROBE = """
 import json, sys
@@ -45,45 +49,20 @@ print(json.dumps({
 """
 
 
-def write_kernel_spec(root: pathlib.Path) -> None:
-    """A kernel spec that launches ipykernel on this very interpreter.
-
-    The stock "python3" spec says `python` and jupyter_client swaps in `sys.executable`, but a user-level spec of
-    that name may point at another Python; a spec of our own, found first through JUPYTER_PATH, cannot.
-    """
-    spec_dir = root / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "trl-ada test kernel",
-        "language": "python",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
-
-
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """Run the notebook once; return the executed notebook, the probe's JSON and the kernel's working dir."""
     tmp = tmp_path_factory.mktemp("notebook")
-    write_kernel_spec(tmp / "jupyter")
     workdir = tmp / "work"
     workdir.mkdir()
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    assert not any(cell.get("outputs") for cell in notebook.cells), "store the notebook without outputs"
+    for cell in notebook.cells:  # the stored outputs must not leak into what this run shows
+        if cell.cell_type == "code":
+            cell.outputs = []
     notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
-
     # The kernel inherits this process's environment, so the hub stays offline (conftest.py) and $TRL_ADA_CACHE,
     # if set, is honoured.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("JUPYTER_PATH", str(tmp / "jupyter"))
-        env.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # a headless CI may set Agg globally
-        # On shared cores, two intra-op threads spin-wait for each other: here the notebook took 5x the CPU time
-        # with 2 threads as with 1 while other jobs ran. The results do not depend on it.
-        env.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
-        client = nbclient.NotebookClient(
-            notebook, kernel_name=KERNEL_NAME, timeout=TIMEOUT, resources={"metadata": {"path": str(workdir)}}
-        )
-        client.execute()
+    execute(notebook, workdir, tmp)
     probe_text = "".join(out.get("text", "") for out in notebook.cells[-1].outputs if out.output_type == "stream")
     return notebook, json.loads(probe_text), workdir
 
@@ -154,3 +133,66 @@ def test_token_axes_count_what_each_run_generated(executed):
     assert all(0 < tokens <= 64 * 8 for tokens in grpo_per_step)
     # Ada draws at least 8 completions per prompt: more tokens than GRPO's groups of 4 over the run.
     assert probe["ada_tokens"][-1] > probe["grpo_tokens"][-1]
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# The stored notebook: its outputs are on the repository page, and they are what a fresh run prints
+# -------------------------------------------------------------------------------------------------------------------
+
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def printed(cell) -> list[str]:
+    """The lines a code cell printed on stdout."""
+    return [
+        line
+        for out in cell.outputs
+        if out.output_type == "stream" and out.name == "stdout"
+        for line in out.text.splitlines()
+    ]
+
+
+def images(notebook) -> list:
+    return [out for cell in notebook.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+
+
+def test_the_stored_notebook_shows_its_outputs_from_one_run_top_to_bottom():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), "regenerate: make notebook"
+    assert all(cell.outputs for cell in code)
+    assert len(images(notebook)) == 2  # the collapse curves and the four panels, as PNG: visible on the page
+    outputs = [out for cell in code for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    assert not [out for out in outputs if out.output_type == "stream" and out.name == "stderr"]
+    assert notebook.metadata["kernelspec"]["name"] == "python3"  # not the kernel spec the run made for itself
+
+
+def test_the_stored_outputs_are_what_a_fresh_run_prints(executed):
+    """The same cells, the same printed lines with numbers in the same places, the numbers close (the notebook leaves
+    torch's numerics unpinned, so another CPU may print other last digits); the same kinds of output per cell."""
+    fresh = for_the_page(copy.deepcopy(executed[0]), {})
+    stored = nbformat.read(NOTEBOOK, as_version=4)
+    for stored_cell, fresh_cell in zip(stored.cells, fresh.cells[:-1], strict=True):  # the probe cell comes last
+        assert stored_cell.source == fresh_cell.source
+        if stored_cell.cell_type != "code":
+            continue
+        assert [out.output_type for out in stored_cell.outputs] == [out.output_type for out in fresh_cell.outputs]
+        want, got = printed(stored_cell), printed(fresh_cell)
+        assert [NUMBER.sub("#", line) for line in got] == [NUMBER.sub("#", line) for line in want]
+        for got_line, want_line in zip(got, want, strict=True):
+            for a, b in zip(NUMBER.findall(got_line), NUMBER.findall(want_line), strict=True):
+                a, b = float(a.replace(",", "")), float(b.replace(",", ""))
+                assert abs(a - b) <= 0.1 + 0.1 * abs(b), (got_line, want_line)
+
+
+def test_the_notebook_quotes_the_benchmarks_as_they_give_them():
+    text = "\n".join(
+        cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.cell_type == "markdown"
+    )
+    quoted = re.findall(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", text)
+    assert len(quoted) >= 6
+    studies = sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))
+    benchmarks = " ".join(" ".join(path.read_text().split()) for path in [ROOT / "benchmarks" / "README.md", *studies])
+    assert not [number for number in quoted if number not in benchmarks]
+    assert not re.findall(r"\d+(?:\.\d+)? points\b", text)  # as the claims table writes them

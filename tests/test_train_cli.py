@@ -58,9 +58,9 @@ def cpu_args(tmp_path, *extra):
     return ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path / "out"), *extra]
 
 
-def run_error(capsys, argv) -> str:
-    """Run main(argv), expect the usage-error exit code and return the message (no traceback)."""
-    assert main(argv) == 2
+def run_error(capsys, argv, code: int = cli.EXIT_USAGE) -> str:
+    """Run main(argv), expect exit code `code` (a usage error unless said) and return the message (no traceback)."""
+    assert main(argv) == code
     err = capsys.readouterr().err
     message = err.strip().splitlines()[-1]  # after any progress bars (datasets writes them to stderr)
     assert message.startswith("trl-ada train: error: ") and "Traceback" not in err
@@ -244,9 +244,14 @@ def model_ok(tmp_path, toy_cold_dir):
     return cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", str(toy_cold_dir))
 
 
+def data_error(capsys, argv) -> str:
+    """The message of a run stopped by its data (a missing split or column): exit code 1, as docs/cli.md says."""
+    return run_error(capsys, argv, code=cli.EXIT_FAILURE)
+
+
 def test_dataset_without_prompt_column_lists_the_columns(tmp_path, capsys, model_ok):
     data = write_rows(tmp_path / "q.jsonl", [{"question": "1+1", "answer": "2"}])
-    err = run_error(capsys, [*model_ok, "--dataset_name", str(data)])
+    err = data_error(capsys, [*model_ok, "--dataset_name", str(data)])
     assert "no 'prompt' column; its columns are ['question', 'answer']" in err
     assert "trl-ada prepare" in err
 
@@ -264,19 +269,19 @@ def test_dataset_errors(tmp_path, capsys, model_ok):
 
 def test_eval_without_an_eval_split(tmp_path, capsys, model_ok):
     data = write_rows(tmp_path / "train.jsonl", ROWS)
-    err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_strategy", "steps"])
+    err = data_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_strategy", "steps"])
     assert "eval_strategy='steps' needs an evaluation split" in err and "it has ['train']" in err
     assert "--eval_strategy no" in err
-    err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_on_start", "true"])
+    err = data_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_on_start", "true"])
     assert "eval_on_start=True needs an evaluation split" in err
-    err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--dataset_train_split", "training"])
+    err = data_error(capsys, [*model_ok, "--dataset_name", str(data), "--dataset_train_split", "training"])
     assert "no 'training' split; it has ['train']" in err
 
 
 def test_every_data_problem_is_reported_in_one_run(tmp_path, capsys, model_ok):
     # No eval split, no prompt column and no `answer` column for the toy reward: three problems, one run, one line.
     data = write_rows(tmp_path / "q.jsonl", [{"question": "1+1", "solution": "2"}])
-    err = run_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_strategy", "steps"])
+    err = data_error(capsys, [*model_ok, "--dataset_name", str(data), "--eval_strategy", "steps"])
     assert err.startswith(
         "trl-ada train: error: 3 problems with the data: (1) eval_strategy='steps' needs an evaluation"
     )
@@ -288,12 +293,24 @@ def test_every_data_problem_is_reported_in_one_run(tmp_path, capsys, model_ok):
     assert "its columns are ['question', 'solution']" in err and "needs ['answer']" in err
     # Two: the train split named is not there (its columns cannot be checked), and no eval split either.
     data = write_rows(tmp_path / "train.jsonl", ROWS)
-    err = run_error(
+    err = data_error(
         capsys,
         [*model_ok, "--dataset_name", str(data), "--dataset_train_split", "training", "--eval_on_start", "true"],
     )
     assert err.startswith("trl-ada train: error: 2 problems with the data: (1) The dataset has no 'training' split")
     assert " (2) eval_on_start=True needs an evaluation split" in err
+
+
+def test_a_reward_function_without_kwargs_is_one_line_before_any_model_loads(
+    tmp_path, capsys, monkeypatch, toy_cold_dir
+):
+    (tmp_path / "my_rewards.py").write_text("def exact(completions, answer):\n    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = write_rows(tmp_path / "train.jsonl", ROWS)
+    argv = cpu_args(tmp_path, "--reward_funcs", "my_rewards.exact", "--model_name_or_path", str(toy_cold_dir))
+    err = run_error(capsys, [*argv, "--dataset_name", str(data)])
+    assert "Reward function 'exact' does not accept the keyword argument(s) ['completion_ids', 'log_extra', " in err
+    assert "Accept **kwargs: `def exact(completions, **kwargs)`" in err
 
 
 @pytest.mark.parametrize("entry", ["train.main", "cli.main"])
@@ -315,12 +332,21 @@ def test_bare_train_says_what_is_missing_and_points_to_the_toy_recipe(entry, cap
     assert "Nothing says what to train" not in run_error(capsys, ["--use-cpu", "true", "--reward-funcs", "toy"])
 
 
-def test_unknown_keys_and_flags(tmp_path, capsys):
+def test_unknown_keys_and_flags_name_the_closest_field(tmp_path, capsys):
     recipe = tmp_path / "typo.yaml"
     recipe.write_text(TOY_RECIPE.read_text() + "learning_rat: 0.1\n")
-    assert "unknown keys ['learning_rat']" in run_error(capsys, ["--config", str(recipe)])
-    assert "Unknown arguments ['--max_stpes', '3']" in run_error(
+    assert "unknown keys ['learning_rat'] (did you mean 'learning_rate'?)" in run_error(
+        capsys, ["--config", str(recipe)]
+    )
+    recipe.write_text(TOY_RECIPE.read_text() + "samples_per_rond: 4\nno_such_knob: 1\n")
+    err = run_error(capsys, ["--config", str(recipe)])
+    assert "unknown keys ['samples_per_rond', 'no_such_knob'] (did you mean 'samples_per_round' for " in err
+    assert "'no_such_knob'?" not in err  # nothing is close to it: no suggestion
+    assert "Unknown arguments ['--max_stpes', '3'] (did you mean '--max_steps'?)" in run_error(
         capsys, ["--config", str(TOY_RECIPE), "--max_stpes", "3"]
+    )
+    assert "Unknown arguments ['--qqqq', '3']: check" in run_error(
+        capsys, ["--config", str(TOY_RECIPE), "--qqqq", "3"]
     )
     assert "no such file" in run_error(capsys, ["--config", str(tmp_path / "missing.yaml")])
 
@@ -729,6 +755,26 @@ def test_recipes_readme_example_is_what_the_documented_command_prints(tmp_path):
 # -------------------------------------------------------------------------------------------------------------------
 # Real runs of the CPU recipe
 # -------------------------------------------------------------------------------------------------------------------
+
+
+def test_eval_strategy_no_on_the_command_line_also_drops_the_recipe_s_evaluation_at_start():
+    _, recipe, _, _ = parse_args(["--config", str(TOY_RECIPE)])
+    assert recipe.eval_on_start and recipe.eval_strategy == "steps"  # the recipe evaluates at the start
+    for flags in (["--eval_strategy", "no"], ["--eval-strategy=no"]):
+        _, config, _, _ = parse_args(["--config", str(TOY_RECIPE), *flags])
+        assert config.eval_strategy == "no" and not config.eval_on_start, flags
+    _, config, _, _ = parse_args(["--config", str(TOY_RECIPE), "--eval_strategy", "no", "--eval_on_start", "true"])
+    assert config.eval_on_start  # asked for on the command line: kept
+
+
+@pytest.mark.slow
+def test_the_toy_recipe_with_eval_strategy_no_evaluates_nothing(tmp_path, toy_cold_dir):
+    out = tmp_path / "out"
+    argv = ["--config", str(TOY_RECIPE), "--model_name_or_path", str(toy_cold_dir), "--max_steps", "1"]
+    assert main([*argv, "--output_dir", str(out), "--save_strategy", "no", "--eval_strategy", "no"]) == 0
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [row["step"] for row in history if "ada/rounds" in row] == [1]
+    assert not [row for row in history if any(name.startswith("eval_") for name in row)]
 
 
 @pytest.mark.slow

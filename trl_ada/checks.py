@@ -61,11 +61,8 @@ def reward_columns_message(reward_funcs: Sequence[Any], column_names: Sequence[s
         return None
     available = sorted((set(column_names) - NOT_FORWARDED_COLUMNS) | TRAINER_REWARD_KWARGS)
     for func in reward_funcs:
-        if isinstance(func, torch.nn.Module) or not callable(func):
-            continue
-        try:
-            parameters = inspect.signature(func).parameters.values()
-        except (TypeError, ValueError):  # builtins and some C callables have no signature
+        parameters = _parameters(func)
+        if parameters is None:
             continue
         required = [
             p.name
@@ -81,6 +78,51 @@ def reward_columns_message(reward_funcs: Sequence[Any], column_names: Sequence[s
                 "(e.g. with `dataset.map`) or give the parameter(s) a default."
             )
     return None
+
+
+def reward_signature_message(
+    reward_funcs: Sequence[Any], column_names: Sequence[str] | None, environments: bool = False
+) -> str | None:
+    """The error for the first reward function that cannot take a keyword argument GRPOTrainer passes it (its own
+    ones, and each dataset column when `column_names` are known); None when every function can.
+
+    GRPOTrainer calls `func(prompts=..., completions=..., completion_ids=..., trainer_state=..., log_extra=...,
+    log_metric=..., <every dataset column but the prompt>)` (and `environments=` with an environment factory), so a
+    function without `**kwargs` would otherwise fail with a `TypeError` at the first training step. Reward models and
+    callables whose signature cannot be read are left alone.
+    """
+    passed = TRAINER_REWARD_KWARGS if environments else TRAINER_REWARD_KWARGS - {"environments"}
+    if column_names is not None:
+        passed = passed | (set(column_names) - NOT_FORWARDED_COLUMNS)
+    for func in reward_funcs:
+        parameters = _parameters(func)
+        if parameters is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            continue
+        accepted = {
+            p.name
+            for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        unexpected = sorted(passed - accepted)
+        if unexpected:
+            name = _name(func)
+            return (
+                f"Reward function {name!r} does not accept the keyword argument(s) {unexpected}, which GRPOTrainer "
+                "passes to every reward function (with each dataset column but the prompt), so it would fail at the "
+                f"first training step. Accept **kwargs: `def {name}(completions, **kwargs)`, taking what it needs by "
+                "name."
+            )
+    return None
+
+
+def _parameters(func: Any) -> list[inspect.Parameter] | None:
+    """The parameters of a reward callable, or None for a reward model, a model name or an unreadable signature."""
+    if isinstance(func, torch.nn.Module) or not callable(func):
+        return None
+    try:
+        return list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return None
 
 
 def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], reward_funcs: Sequence[Any]) -> None:
@@ -105,8 +147,12 @@ def check_trainer_setup(args: Any, config_class: type, kwargs: dict[str, Any], r
             "rollout_schedule='streaming' drives the generation engine itself, so a custom rollout_func cannot "
             "run per completion; use rollout_schedule='rounds' (rollout_func is then called once per round)."
         )
+    columns = getattr(kwargs.get("train_dataset"), "column_names", None)
     if kwargs.get("rollout_func") is None:  # a rollout_func may add the columns a reward needs
-        check_reward_columns(reward_funcs, getattr(kwargs.get("train_dataset"), "column_names", None))
+        check_reward_columns(reward_funcs, columns)
+    message = reward_signature_message(reward_funcs, columns, environments=bool(kwargs.get("environment_factory")))
+    if message is not None:
+        raise TypeError(message)
     if not kwargs.get("environment_factory"):  # with environments, `prompt` is optional: each reset() supplies it
         check_prompt_column(kwargs.get("train_dataset"), "train")
         evaluation = kwargs.get("eval_dataset")

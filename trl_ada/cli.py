@@ -3,10 +3,11 @@
 Each subcommand lives in its own module with a ``main(argv)`` function, imported only when used, so
 ``trl-ada simulate`` does not pay for importing TRL, and ``trl-ada demo`` can pin torch's numerics before torch loads.
 
-Exit codes, the same for every subcommand: 0 done; 1 the command was well formed but the run failed (no network, a
-model that cannot be loaded, data with nothing to keep); 2 a usage error (a bad flag or value, a file or folder named
-on the command line that does not exist), reported as one ``trl-ada <command>: error: ...`` line; 130 interrupted
-(Ctrl-C), as a shell reports a process ended by SIGINT.
+Exit codes, the same for every subcommand (docs/cli.md's table): 0 done; 1 the command was well formed but the run
+failed (no network, a model that cannot be loaded, data that lacks a split or column the run needs, data with nothing
+to keep); 2 a usage error (a bad flag or value, a file or folder named on the command line that does not exist); both
+reported as one ``trl-ada <command>: error: ...`` line; 130 interrupted (Ctrl-C), as a shell reports a process ended
+by SIGINT.
 """
 
 from __future__ import annotations

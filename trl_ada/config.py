@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from .advantages import WEIGHTINGS
 from .allocation import ALLOCATION_RULES
 from .engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from .hints import budget_hint
 from .memory import PassRateMemory
 from .selection import PROMPT_SELECTIONS
 
@@ -504,7 +505,7 @@ def _check_exit_and_budget(config: ReinforceAdaConfig) -> None:
         raise ValueError(
             f"The per-prompt budget samples_per_round * max_rounds = {config.samples_per_round} * "
             f"{config.max_rounds} is smaller than num_generations={config.num_generations}, so a group could never "
-            "be filled."
+            f"be filled. {budget_hint(config.samples_per_round, config.max_rounds, config.num_generations)}"
         )
 
 

@@ -16,7 +16,6 @@ The building blocks (`train_toy`, `count_generated_tokens`, `HeldoutCurve`) are 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import sys
@@ -26,12 +25,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from . import reproducible
-from .heldout import LABEL_COLUMNS, accuracy_by_label, mean_token_entropy
-from .toy import sample_completions, toy_dataset_split, toy_model_dir, toy_task, toy_threads
+from .heldout_curve import ENTROPY_SAMPLES, Checkpoint, GenerationCounter, HeldoutCurve
+from .toy import toy_dataset_split, toy_model_dir, toy_task, toy_threads
+
+__all__ = [
+    "ENTROPY_SAMPLES",
+    "METHODS",
+    "Checkpoint",
+    "GenerationCounter",
+    "HeldoutCurve",
+    "ToyMethod",
+    "ToyRun",
+    "count_generated_tokens",
+    "main",
+    "train_toy",
+]
 
 HELDOUT_SAMPLES = 4  # sampled completions per held-out prompt in the demo's accuracy report
 
@@ -63,16 +75,6 @@ METHODS: dict[str, ToyMethod] = {
 # --------------------------------------------------------------------------------------------------------------------
 # Measuring from outside the trainer
 # --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class GenerationCounter:
-    """Completions and tokens produced by every generation call of one trainer (all Ada rounds included)."""
-
-    calls: int = 0
-    completions: int = 0
-    completion_tokens: int = 0
-    prompt_tokens: int = 0
 
 
 def count_generated_tokens(trainer: Any) -> GenerationCounter:
@@ -115,119 +117,6 @@ def count_generated_tokens(trainer: Any) -> GenerationCounter:
 
         trainer._generate = counted_batch
     return counter
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """Held-out accuracy after ``step`` optimizer steps, ``tokens`` generated and ``seconds`` of training.
-
-    Also, for analyses beyond the mean: ``correct``, each held-out prompt's count of correct samples (reward 1.0, of
-    the curve's ``num_samples``; pass@k comes from these); ``accuracy_by_label``, the accuracy of each label of the
-    held-out set's ``rule`` or ``level`` column (None without one); ``entropy``, the policy's mean token entropy over
-    the sampled completions (`trl_ada.heldout.mean_token_entropy`; None unless asked for).
-    """
-
-    step: int
-    tokens: int
-    seconds: float
-    accuracy: float
-    correct: tuple[int, ...] | None = None
-    accuracy_by_label: dict[str, float] | None = None
-    entropy: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields that were measured (an unmeasured one, None, is left out), JSON-ready."""
-        fields = {key: value for key, value in vars(self).items() if value is not None}
-        if self.correct is not None:
-            fields["correct"] = list(self.correct)
-        return fields
-
-
-# The held-out entropy is taken over each prompt's first few samples: over all 32 of the rules task's, its forward
-# passes took most of a run's time, and a mean over 1,024 completions of ~20 tokens is already precise.
-ENTROPY_SAMPLES = 4
-
-
-class HeldoutCurve(TrainerCallback):
-    """Evaluate held-out sampled accuracy before training and every ``every`` steps (and after the last step).
-
-    ``seconds`` is training wall time with the evaluations themselves taken out, so curves of methods that evaluate
-    equally often stay comparable. Each checkpoint also keeps every prompt's count of correct samples and the accuracy
-    per label of the held-out set's first column of `LABEL_COLUMNS` (``rule``, ``level``) if it has one; with
-    ``entropy``, the policy's mean token entropy over each prompt's first `ENTROPY_SAMPLES` sampled completions, one
-    teacher-forced forward pass more (no sampling, so the accuracies are the same with or without it).
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: PreTrainedTokenizerBase,
-        heldout: datasets.Dataset,
-        counter: GenerationCounter,
-        every: int,
-        num_samples: int,
-        seed: int,
-        task: str = "arithmetic",
-        entropy: bool = False,
-    ) -> None:
-        if every < 1:
-            raise ValueError(f"eval every {every} steps: expected a positive number of steps")
-        self.model, self.tokenizer, self.heldout, self.counter = model, tokenizer, heldout, counter
-        self.every, self.num_samples, self.seed, self.entropy = every, num_samples, seed, entropy
-        self.task = toy_task(task)
-        label_column = next((name for name in LABEL_COLUMNS if name in heldout.column_names), None)
-        self.labels = None if label_column is None else list(heldout[label_column])
-        self.checkpoints: list[Checkpoint] = []
-        self._start = 0.0
-        self._evaluating = 0.0
-
-    def _evaluate(self, step: int) -> None:
-        began = time.perf_counter()
-        # Same sampling seed at every checkpoint and for every method: differences are the model's, not the dice's.
-        # The mean reward per prompt and its mean over prompts, as `trl_ada.toy.sampled_accuracy` takes them.
-        n = self.num_samples
-        if len(self.heldout) == 0:
-            raise ValueError("the held-out evaluation needs a non-empty dataset")
-        texts, completion_ids = sample_completions(
-            self.model, self.tokenizer, self.heldout, n, self.task.max_completion_length, self.seed
-        )
-        answers = [answer for answer in self.heldout["answer"] for _ in range(n)]
-        rewards = self.task.reward(texts, answers, completion_ids=completion_ids)
-        rates = [sum(rewards[i : i + n]) / n for i in range(0, len(rewards), n)]
-        accuracy = sum(rates) / len(rates)
-        correct = tuple(sum(r >= 1.0 for r in rewards[i : i + n]) for i in range(0, len(rewards), n))
-        by_label = None if self.labels is None else accuracy_by_label(correct, n, self.labels)
-        entropy = None
-        if self.entropy:  # over each prompt's first ENTROPY_SAMPLES samples: the forward pass costs like sampling
-            k = min(n, ENTROPY_SAMPLES)
-            prompt_ids = [ids for ids in self._prompt_ids for _ in range(k)]
-            firsts = [completion_ids[i * n + j] for i in range(len(self.heldout)) for j in range(k)]
-            entropy = mean_token_entropy(self.model, self.tokenizer, prompt_ids, firsts, batch_size=256)
-        seconds = began - self._start - self._evaluating
-        checkpoint = Checkpoint(step, self.counter.completion_tokens, seconds, accuracy, correct, by_label, entropy)
-        self.checkpoints.append(checkpoint)
-        self._evaluating += time.perf_counter() - began
-
-    @functools.cached_property
-    def _prompt_ids(self) -> list[list[int]]:
-        """The held-out prompts' token ids as `sample_completions` feeds them to the model (unpadded); the same at
-        every checkpoint, so rendered once."""
-        texts = self.tokenizer.apply_chat_template(
-            list(self.heldout["prompt"]), add_generation_prompt=True, tokenize=False
-        )
-        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._start, self._evaluating = time.perf_counter(), 0.0
-        self._evaluate(0)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
-            self._evaluate(state.global_step)
-
-    @property
-    def train_seconds(self) -> float:
-        return self.checkpoints[-1].seconds if self.checkpoints else math.nan
 
 
 COLUMNS = {  # logged metric -> (header, format); GRPO logs no ada/* metrics and shows "-" there
@@ -332,6 +221,8 @@ def train_toy(
     task: str = "arithmetic",
     shuffle: bool = True,
     heldout_entropy: bool = False,
+    token_grid: Sequence[int] | None = None,
+    step_grid: Sequence[int] | None = None,
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -343,6 +234,8 @@ def train_toy(
     budget are used for training and for the held-out evaluations. ``shuffle=False`` trains on ``train`` in its own
     order (TRL's seeded shuffle otherwise), so runs of different lengths over one ordered set share their prefix.
     ``heldout_entropy`` also measures the policy's mean token entropy at every held-out evaluation (`HeldoutCurve`).
+    ``token_grid`` and ``step_grid`` evaluate at those generated-token counts and steps instead of every
+    ``eval_every`` steps (`HeldoutCurve`).
     """
     spec = METHODS[method] if isinstance(method, str) else method
     toy = toy_task(task)
@@ -375,6 +268,8 @@ def train_toy(
         seed,
         task=task,
         entropy=heldout_entropy,
+        token_grid=token_grid,
+        step_grid=step_grid,
     )
     log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
     _replace_callbacks(trainer, (curve, log, *callbacks))
@@ -536,13 +431,13 @@ def _run(args: argparse.Namespace) -> dict[str, ToyRun]:
             output_dir=os.path.join(args.output_dir, key),
             log_every=args.log_every,
         )
+    print(timings(runs.values(), time.perf_counter() - start), flush=True)  # before the summary, which ends the run
     print(summary(runs.values(), args), flush=True)
-    print(timings(runs.values(), time.perf_counter() - start), flush=True)
     return runs
 
 
 def summary(runs: Sequence[ToyRun], args: argparse.Namespace) -> str:
-    """The side-by-side table the demo ends with: every number in it is reproducible (times come after it)."""
+    """The side-by-side table the demo ends with: every number in it is reproducible (times come before it)."""
     width = 17
     lines = [
         f"\nGRPO vs Reinforce-Ada on the toy task, same start: {args.steps} steps x {args.prompts_per_step} prompts, "
@@ -564,7 +459,8 @@ def summary(runs: Sequence[ToyRun], args: argparse.Namespace) -> str:
 
 
 def timings(runs: Sequence[ToyRun], total_seconds: float) -> str:
-    """Wall times, which vary from run to run and machine to machine (evaluations excluded from training time)."""
+    """Wall times, which vary from run to run and machine to machine (evaluations excluded from training time);
+    printed just before the summary, so that the run ends on the reproducible block."""
     training = ", ".join(f"{run.method} {run.train_seconds:.0f}s" for run in runs)
     return f"\nTraining time: {training}; {total_seconds:.0f}s in all."
 

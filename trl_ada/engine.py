@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .hints import budget_hint
+
 STRATEGIES = ("balanced", "positive", "uniform")  # exit rules; "estimate" (Est) is one round sized by the caller
 ROUND_SIZINGS = ("fixed", "posterior")
 DOWNSAMPLES = ("balanced", "uniform")
@@ -107,7 +109,8 @@ class Schedule:
         if self.budget < self.group_size:
             raise ValueError(
                 f"The per-prompt budget samples_per_round * max_rounds = {self.budget} is smaller than the group size "
-                f"{self.group_size}: a prompt could never fill its group."
+                f"{self.group_size}: a prompt could never fill its group. "
+                + budget_hint(self.samples_per_round, self.max_rounds, self.group_size, "the group size")
             )
         if self.round_sizing not in ROUND_SIZINGS:
             raise ValueError(f"Unknown round_sizing {self.round_sizing!r}; expected one of {ROUND_SIZINGS}.")

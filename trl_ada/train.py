@@ -48,9 +48,10 @@ from transformers.trainer_callback import ProgressCallback
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from .catalog import RecipeNotFound, resolve_config
-from .checks import missing_prompt_column_message, reward_columns_message
+from .checks import missing_prompt_column_message, reward_columns_message, reward_signature_message
 from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, RunError, UsageError, show_defaults  # shared by all
 from .config import ReinforceAdaConfig
+from .flags import follow_eval_strategy, unknown_fields_message
 from .model_names import check_model_name, nearby
 
 BUILTIN_PREFIX = "builtin:"
@@ -214,15 +215,15 @@ def parse_args(
         except RecipeNotFound as error:
             raise UsageError(error.args[0]) from None
         argv[position + 1] = config_path
-    *parsed, unknown_in_config, unknown_flags = make_parser().parse_args_and_config(
+    parser = make_parser()
+    *parsed, unknown_in_config, unknown_flags = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
-    if unknown_in_config:
-        keys = [item[2:] for item in unknown_in_config[::2]]
-        raise UsageError(f"{config_path} has unknown keys {keys}: check the spelling (`trl-ada train --help`).")
-    if unknown_flags:
-        raise UsageError(f"Unknown arguments {unknown_flags}: check the spelling (`trl-ada train --help`).")
+    message = unknown_fields_message(config_path, unknown_in_config, unknown_flags, parser)
+    if message is not None:
+        raise UsageError(message)
     script_args, training_args, model_args, dataset_args = parsed
+    follow_eval_strategy(training_args, argv)
     return script_args, training_args, model_args, dataset_args
 
 
@@ -364,7 +365,7 @@ def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureCon
 
 def pick_splits(data, script_args: TrainScriptArguments, training_args: ReinforceAdaConfig, rewards=()):
     """(train, eval or None); eval when eval_strategy or eval_on_start asks for it. Checks the splits, their `prompt`
-    columns and the columns `rewards` need, and reports every problem found in one UsageError."""
+    columns and the columns `rewards` need, and reports every problem found in one RunError (bad data: exit 1)."""
     splits = list(data)
     problems = []
     train = data[script_args.dataset_train_split] if script_args.dataset_train_split in data else None
@@ -394,9 +395,9 @@ def pick_splits(data, script_args: TrainScriptArguments, training_args: Reinforc
         problems.append(reward_columns_message(rewards, getattr(train, "column_names", None)))
     problems = [problem for problem in problems if problem is not None]
     if len(problems) == 1:
-        raise UsageError(problems[0])
-    if problems:  # one line, as every usage error
-        raise UsageError(
+        raise RunError(problems[0])
+    if problems:  # one line, as every error
+        raise RunError(
             f"{len(problems)} problems with the data: "
             + " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))
         )
@@ -584,6 +585,9 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
 
         use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more spin on matrices this small
     train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args, rewards)
+    signature = reward_signature_message(rewards, getattr(train, "column_names", None))
+    if signature is not None:  # the trainer checks this too; here it is one line, before any model loads
+        raise UsageError(signature)
 
     model_init_kwargs = dict(
         revision=model_args.model_revision,
@@ -653,8 +657,9 @@ def end_run(trainer) -> None:
 
 def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
     """Run ``trl-ada train`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code: 0 done, 1 the run
-    failed before training (no network, a model that cannot be loaded), 2 a usage error, 130 Ctrl-C. ``launcher``
-    starts the command that Ctrl-C prints to resume the run (``python -m trl_ada.train`` when run as a module)."""
+    failed before training (no network, a model that cannot be loaded, data without a split or column the run
+    needs), 2 a usage error, 130 Ctrl-C. ``launcher`` starts the command that Ctrl-C prints to resume the run
+    (``python -m trl_ada.train`` when run as a module)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     trainer = training_args = None
     try:

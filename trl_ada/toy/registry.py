@@ -35,6 +35,9 @@ class ToyTask:
     instrument: Callable[..., dict] | None = None
     # When the warm-up stops, in words, for a task whose warm-up stops on more than `target_accuracy`.
     warmup_stop: str | None = None
+    # (expressions, completion texts, completion ids) -> each sample's chain verdict ("correct" or its first error),
+    # for a task whose completions work a chain a checker can follow (the "columns" tasks); None for the others.
+    chain_verdicts: Callable[..., list[str]] | None = None
 
 
 # Task name -> "module:function": the module of this package that defines the task, and its function returning the
@@ -44,6 +47,8 @@ TASK_FACTORIES: dict[str, str] = {
     "reasoning": "reasoning:reasoning_task",
     "rules": "rules:rules_task",
     "rules-epochs": "rules:rules_epochs_task",
+    "columns": "columns:columns_task",
+    "columns-epochs": "columns:columns_epochs_task",
 }
 TASKS = tuple(TASK_FACTORIES)
 

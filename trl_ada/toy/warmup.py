@@ -39,16 +39,18 @@ class WarmupRecipe:
     """A supervised warm-up that stops on accuracy: what :func:`supervised_warmup` trains on and when it stops.
 
     ``examples(seed)`` yields (user message, completion text) pairs forever; the model learns
-    "prompt -> completion<|im_end|>". Every ``check_every`` steps it samples ``check_samples`` completions per prompt
-    of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the first check whose mean
-    reward is >= ``target_accuracy``, or at ``max_steps``.
+    "prompt -> completion<|im_end|>". An example may carry a third item, a leading part of its completion that is
+    shown but not learned (no loss on its tokens). Every ``check_every`` steps it samples ``check_samples``
+    completions per prompt of ``check_set()`` (``max_new_tokens`` at most, scored by ``reward``) and stops at the
+    first check whose mean reward is >= ``target_accuracy``, or at ``max_steps``.
 
     ``stop_check(model, tokenizer)``, when given, replaces that check: it measures what it needs and returns a dict
     with ``stop`` (whether to stop now), ``accuracy`` (the number logged and returned as ``check_accuracy``) and any
-    other measurements, which are kept in the returned ``checks``.
+    other measurements, which are kept in the returned ``checks``; or None, to measure nothing at this check (a check
+    that keeps its own, coarser schedule).
     """
 
-    examples: Callable[[int], Iterator[tuple[str, str]]]
+    examples: Callable[[int], Iterator[tuple[str, ...]]]
     check_set: Callable[[], datasets.Dataset]
     target_accuracy: float
     reward: Callable[..., list[float]]
@@ -59,7 +61,11 @@ class WarmupRecipe:
     batch_size: int = _WARMUP_BATCH_SIZE
     lr: float = _WARMUP_LR
     max_grad_norm: float = _WARMUP_MAX_GRAD_NORM
-    stop_check: Callable[[transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase], dict] | None = None
+    stop_check: Callable[[transformers.PreTrainedModel, transformers.PreTrainedTokenizerBase], dict | None] | None = (
+        None
+    )
+    # The learning rate of the next step, when it changes during the warm-up (a curriculum's phases); None: ``lr``.
+    current_lr: Callable[[], float] | None = None
 
 
 def supervised_warmup(
@@ -78,12 +84,17 @@ def supervised_warmup(
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     prompt_cache: dict[str, list[int]] = {}  # thousands of distinct train problems: skip re-rendering the template
 
-    def encode(expression: str, completion: str) -> tuple[list[int], list[int]]:
+    def encode(expression: str, completion: str, unlearned: str = "") -> tuple[list[int], list[int], int]:
+        """(prompt ids, completion ids with EOS, how many leading completion ids take no loss)."""
         if expression not in prompt_cache:
             message = [{"role": "user", "content": expression}]
             text = tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
             prompt_cache[expression] = tokenizer.encode(text, add_special_tokens=False)
-        return prompt_cache[expression], [*tokenizer.encode(completion, add_special_tokens=False), eos_id]
+        if not completion.startswith(unlearned):
+            raise ValueError(f"the unlearned part {unlearned!r} must begin the completion {completion!r}")
+        head = tokenizer.encode(unlearned, add_special_tokens=False) if unlearned else []
+        tail = tokenizer.encode(completion[len(unlearned) :], add_special_tokens=False)
+        return prompt_cache[expression], [*head, *tail, eos_id], len(head)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
     model.train()
@@ -91,16 +102,20 @@ def supervised_warmup(
     checks: list[dict] = []
     while step < recipe.max_steps:
         batch = [next(stream) for _ in range(recipe.batch_size)]
-        examples = [encode(expression, completion) for expression, completion in batch]
-        length = max(len(p) + len(c) for p, c in examples)
+        examples = [encode(*example) for example in batch]
+        length = max(len(p) + len(c) for p, c, _ in examples)
         input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         labels = torch.full_like(input_ids, -100)  # loss only on the completion tokens
-        for row, (prompt_ids, completion_ids) in enumerate(examples):
+        for row, (prompt_ids, completion_ids, unlearned) in enumerate(examples):
             ids = prompt_ids + completion_ids
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
-            labels[row, len(prompt_ids) : len(ids)] = torch.tensor(completion_ids)
+            learned = len(prompt_ids) + unlearned
+            labels[row, learned : len(ids)] = torch.tensor(completion_ids[unlearned:])
+        if recipe.current_lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = recipe.current_lr()
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
@@ -124,11 +139,17 @@ def supervised_warmup(
             else:
                 measured = recipe.stop_check(model, tokenizer)
                 model.train()
+                if measured is None:
+                    continue
                 stopped, accuracy = bool(measured.pop("stop")), measured["accuracy"]
                 check = {"step": step, **measured}
             checks.append(check)
             elapsed = time.perf_counter() - start
-            details = "".join(f" {k} {v:.3f}" for k, v in check.items() if k not in ("step", "accuracy"))
+            details = "".join(
+                f" {k} {v:.3f}" if isinstance(v, float) else f" {k} {v}"
+                for k, v in check.items()
+                if k not in ("step", "accuracy")
+            )
             label = "held-out sampled acc" if recipe.stop_check is None else "check accuracy"
             _log(f"warm-up step {step:4d} loss {loss_value:.4f} {label} {accuracy:.3f}{details} ({elapsed:.0f}s)")
             if stopped:
