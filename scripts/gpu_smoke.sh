@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, offline: no model hub, no dataset hub, no internet; installs nothing.
 #
-# NOT RUN ON A GPU YET. What has run is the CPU dry run of part 1 (`--device cpu`, tests/test_gpu_check.py) and,
-# separately, vLLM-CPU generation (`make test-vllm`).
+# Part 1 has run on one NVIDIA H200 (2026-11-28, transformers 5.17.0, no vLLM: docs/gpu-check.md); parts 2 and 3
+# (vLLM) have not run on a GPU yet. Part 1's CPU dry run is in the tests (`--device cpu`, tests/test_gpu_check.py),
+# and vLLM-CPU generation in `make test-vllm`.
 #
 # 1. Always: `python -m trl_ada.gpu_check` (trl_ada/gpu_check.py). Builds the toy model locally, trains plain GRPO
 #    and Reinforce-Ada a few steps each on the GPU in bf16 mixed precision, through plain transformers generation
@@ -22,8 +23,8 @@
 #   trl-ada    installed, or this checkout (put on PYTHONPATH here when trl_ada is not importable)
 # transformers >= 5.0 (>= 5.8 for continuous batching; part 1 skips that backend, saying so, on older ones) and
 # accelerate >= 1.10.1. peft and math-verify are not needed here. Without internet, carry those packages as wheels
-# made elsewhere: `pip download --no-deps -d wheels trl datasets dill multiprocess` (for the GPU machine's Python
-# version and platform), then there `pip install --no-index --no-deps wheels/*.whl`.
+# made elsewhere: scripts/gpu_wheels.sh downloads them (trl, datasets, dill, multiprocess, fsspec; at most 64 MiB)
+# for the GPU machine's Python, then there `pip install --no-index --no-deps wheels/*.whl`.
 #
 # Usage:  scripts/gpu_smoke.sh [gpu_check options]
 #   e.g.  scripts/gpu_smoke.sh                          8 steps x 16 prompts per run, bf16

@@ -39,10 +39,11 @@ from transformers import TrainerCallback  # noqa: E402  (after the offline setti
 
 BACKENDS = ("transformers", "continuous_batching")
 # transformers' default sizes the KV cache from free memory (gigabytes to zero-fill on a CPU, most of a GPU, which
-# would swamp the peak-memory reading). 16k token slots hold every request of a step at the defaults (16 prompts x up
-# to 32 draws x about 18 tokens); the toy model's cache is 1 KiB per token.
-CB_CACHE = (512, 32, 512)  # num_blocks, page_size (block_size before transformers 5.18), max_batch_tokens
+# would swamp the peak-memory reading): the check sizes it from the model and the step instead
+# (`trl_ada.backends.continuous_batching.cache_size`), for every row a run can have in flight at once.
+ADA_BUDGET = 8 * 4  # samples_per_round x max_rounds: the most draws of one prompt
 MIN_CB_TRANSFORMERS = "5.8.0"  # TRL's `use_transformers_continuous_batching` needs it
+NEW_TOKENS = 8  # max_completion_length
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "peak GPU memory, and whether every loss is finite and every run moved the weights.",
     )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a dry run of the same code")
-    parser.add_argument("--steps", type=_positive, default=8, help="optimizer steps per run (default 8)")
-    parser.add_argument("--prompts", type=_positive, default=16, help="prompts per step (default 16)")
+    parser.add_argument("--steps", type=positive_int, default=8, help="optimizer steps per run (default 8)")
+    parser.add_argument("--prompts", type=positive_int, default=16, help="prompts per step (default 16)")
     parser.add_argument(
         "--dtype",
         choices=("bf16", "fp16", "fp32"),
@@ -112,23 +113,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results to PATH as JSON")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown or not backends:
-        parser.error(f"--backends: {','.join(unknown) or 'none given'}; choose from {', '.join(BACKENDS)}")
-    args.backends = backends
-    if args.dtype is None:
-        args.dtype = "bf16" if args.device == "cuda" else "fp32"
-    if args.device == "cpu" and args.dtype != "fp32":
-        parser.error(f"--dtype {args.dtype} needs --device cuda; the CPU dry run trains in fp32")
+    args.backends = comma_choices(parser, "--backends", args.backends, BACKENDS)
+    resolve_dtype(parser, args)
     return args
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def comma_choices(parser: argparse.ArgumentParser, flag: str, text: str, known: Sequence[str]) -> list[str]:
+    """The names of a comma-separated option, each one of `known` (else a usage error naming the unknown ones)."""
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        parser.error(f"{flag}: {','.join(unknown) or 'none given'}; choose from {', '.join(known)}")
+    return chosen
+
+
+def resolve_dtype(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`args.dtype`'s default for `args.device` (bf16 on CUDA, fp32 on CPU); a usage error for a half precision on
+    CPU."""
+    if args.dtype is None:
+        args.dtype = "bf16" if args.device == "cuda" else "fp32"
+    if args.device == "cpu" and args.dtype != "fp32":
+        parser.error(f"--dtype {args.dtype} needs --device cuda; the CPU dry run trains in fp32")
 
 
 def coin_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -203,11 +216,12 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     from .toy import arithmetic_reward, make_arithmetic_dataset
 
     cuda = args.device == "cuda"
-    config, trainer_class = _run_config(spec, args, output_dir)
     reward = arithmetic_reward if args.model == "warm" else coin_reward
     dataset = make_arithmetic_dataset(args.steps * args.prompts, seed=args.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
+    prompt_length = max(len(tokenizer.apply_chat_template(p, add_generation_prompt=True)) for p in dataset["prompt"])
+    config, trainer_class = _run_config(spec, args, output_dir, model.config, prompt_length)
     before = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     trainer = trainer_class(model, reward, args=config, train_dataset=dataset, processing_class=tokenizer)
     for noisy in (ProgressCallback, PrinterCallback):
@@ -229,15 +243,33 @@ def train_one(spec: RunSpec, model_dir: str, args: argparse.Namespace, output_di
     return result
 
 
-def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tuple[Any, type]:
+def _run_config(
+    spec: RunSpec, args: argparse.Namespace, output_dir: str, model_config: Any, prompt_length: int
+) -> tuple[Any, type]:
     """The run's trainer config and class: the same settings for every run but its backend and method."""
     from trl import GRPOConfig, GRPOTrainer
 
     from . import ReinforceAdaConfig, ReinforceAdaTrainer
-    from .compat import continuous_batching_cache
 
-    settings: dict[str, Any] = dict(
-        output_dir=os.path.join(output_dir, f"{spec.backend}-{spec.method.replace(' ', '-')}"),
+    name = f"{spec.backend}-{spec.method.replace(' ', '-')}"
+    settings = timing_run_settings(os.path.join(output_dir, name), args, learning_rate=2e-4)
+    settings.update(per_device_train_batch_size=args.prompts * 4, num_generations=4, max_completion_length=NEW_TOKENS)
+    if spec.backend == "continuous_batching":
+        rows = args.prompts * (4 if spec.method == "GRPO" else ADA_BUDGET)
+        settings.update(continuous_batching_settings(model_config, rows, prompt_length, NEW_TOKENS, args.dtype))
+    if spec.method == "GRPO":
+        return GRPOConfig(**settings), GRPOTrainer
+    schedule = "streaming" if spec.method == "Ada streaming" else "rounds"
+    ada = dict(sampling_strategy="balanced", samples_per_round=8, max_rounds=4, rollout_schedule=schedule)
+    return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+
+
+def timing_run_settings(output_dir: str, args: argparse.Namespace, learning_rate: float) -> dict[str, Any]:
+    """The trainer settings every run of a timing check shares: `args`' device, precision, steps and seed, one log
+    row a step and nothing else logged or saved, temperature 1, no KL term, no std scaling, a constant learning
+    rate."""
+    return dict(
+        output_dir=output_dir,
         use_cpu=args.device != "cuda",
         bf16=args.dtype == "bf16",
         fp16=args.dtype == "fp16",
@@ -247,23 +279,25 @@ def _run_config(spec: RunSpec, args: argparse.Namespace, output_dir: str) -> tup
         disable_tqdm=True,
         seed=args.seed,
         max_steps=args.steps,
-        per_device_train_batch_size=args.prompts * 4,
-        num_generations=4,
-        max_completion_length=8,
         temperature=1.0,
-        learning_rate=2e-4,
+        learning_rate=learning_rate,
         lr_scheduler_type="constant",
         beta=0.0,
         scale_rewards="none",
     )
-    if spec.backend == "continuous_batching":
-        cache = continuous_batching_cache(*CB_CACHE)
-        settings.update(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
-    if spec.method == "GRPO":
-        return GRPOConfig(**settings), GRPOTrainer
-    schedule = "streaming" if spec.method == "Ada streaming" else "rounds"
-    ada = dict(sampling_strategy="balanced", samples_per_round=8, max_rounds=4, rollout_schedule=schedule)
-    return ReinforceAdaConfig(**settings, **ada), ReinforceAdaTrainer
+
+
+def continuous_batching_settings(
+    model_config: Any, rows: int, prompt_length: int, completion_length: int, dtype: str
+) -> dict[str, Any]:
+    """`use_transformers_continuous_batching` with a KV cache sized from the model for `rows` sequences in flight
+    (`trl_ada.backends.continuous_batching.cache_size`), in the installed transformers' names."""
+    from .backends.continuous_batching import cache_size
+    from .compat import continuous_batching_cache
+
+    size = cache_size(model_config, rows, prompt_length, completion_length, dtype_bytes=4 if dtype == "fp32" else 2)
+    cache = continuous_batching_cache(size.num_blocks, size.page_size, size.max_batch_tokens)
+    return dict(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cache)
 
 
 def _run_result(
@@ -395,8 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": f"toy ({'after its warm-up, arithmetic reward' if args.model == 'warm' else 'untrained, coin reward'}"
         f"), {model_config.num_hidden_layers} layers, hidden {model_config.hidden_size}, built or loaded in "
         f"{built:.1f} s: {model_dir}",
-        "workload": f"{_count(args.steps, 'step')} x {_count(args.prompts, 'prompt')}, group 4, 8 new tokens; Ada: "
-        "balanced, rounds of 8, at most 4; same start and prompts for every run",
+        "workload": f"{_count(args.steps, 'step')} x {_count(args.prompts, 'prompt')}, group 4, {NEW_TOKENS} new "
+        "tokens; Ada: balanced, rounds of 8, at most 4; same start and prompts for every run",
     }
     results = []
     with _output_dir(args.output_dir) as output_dir:
