@@ -13,6 +13,8 @@ import datasets
 import torch
 import transformers
 
+from .registry import toy_task
+
 
 def _fork_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """Fork the CPU RNG, and the GPU's if ``device`` is one, so that seeding inside never leaks out to the caller."""
@@ -91,7 +93,7 @@ def per_prompt_pass_rates(
     ``answer`` column and ``completion_ids``.
     """
     if reward is None:
-        from .arithmetic import arithmetic_reward as reward  # here, not above: the arithmetic task imports this
+        reward = toy_task("arithmetic").reward  # through the registry: the arithmetic task imports this module
     texts, completion_ids = sample_completions(
         model, tokenizer, dataset, num_samples, max_new_tokens, seed, batch_size
     )
