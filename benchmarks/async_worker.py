@@ -4,14 +4,14 @@
     python benchmarks/async_worker.py --quick    # seconds: 1 seed, 48 groups, 64 requests in flight
 
 What runs: the workers' own asyncio loops. `trl.experimental.async_grpo`'s `_AsyncRolloutLoop` (requests exactly
-`num_generations` completions per prompt) and `trl_ada.async_worker.AdaRolloutLoop` (one `streaming_session` per
-prompt: the engine's stopping rule, its aborts, the pool's downsampling and advantages), each with its generate loop
-and its score loop, on an asyncio event loop whose clock is virtual (`VirtualClockLoop`: when nothing is ready it
-jumps to the next timer instead of sleeping). One method is replaced, `_generate_one` (a whole conversation over
-HTTP in the real loops): here it submits one request to `benchmarks/step_time.py`'s `EmulatedEngine` and awaits its
-finish; cancelling it (the Ada loop's abort) aborts the request in the engine, which reports the tokens it had
-decoded. The reward function is asynchronous (the loops await it; a synchronous one would run in a thread, outside
-the virtual clock).
+`num_generations` completions per prompt) and `trl_ada.adapter.async_worker.AdaRolloutLoop` (one `streaming_session`
+per prompt: the engine's stopping rule, its aborts, the pool's downsampling and advantages), each with its generate
+loop and its score loop, on an asyncio event loop whose clock is virtual (`VirtualClockLoop`: when nothing is ready it
+jumps to the next timer instead of sleeping). One method is replaced, `_generate_one` (a whole conversation over HTTP
+in the real loops): here it submits one request to `benchmarks/step_time.py`'s `EmulatedEngine` and awaits its finish;
+cancelling it (the Ada loop's abort) aborts the request in the engine, which reports the tokens it had decoded. The
+reward function is asynchronous (the loops await it; a synchronous one would run in a thread, outside the virtual
+clock).
 
 The engine, the pass-rate mixes and the completions are step_time.py's (its module docstring has the event model):
 continuous batching, a decode step with b running sequences takes t(b) = t0 + c * b virtual seconds, no cap on
@@ -64,8 +64,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import describe, machine_info
 from step_time import MIXES, REGIMES, EmulatedEngine, Lengths, Regime, Workload
 
-from trl_ada.async_worker import AdaRolloutConfig
-from trl_ada.engine import Draw
+from trl_ada.adapter.async_worker import AdaRolloutConfig
+from trl_ada.core.engine import Draw
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 # Student t quantiles 0.975 for 1..30 degrees of freedom (a 95% two-sided interval); beyond, the normal's 1.96.
@@ -366,7 +366,7 @@ def build_loop(method: Method, dataset: Any, client: EngineClient, trainer: Trai
     """The method's loop, as `AsyncRolloutWorker` would build it in its child, with the emulated request."""
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
-    from trl_ada.async_worker import AdaRolloutLoop
+    from trl_ada.adapter.async_worker import AdaRolloutLoop
 
     tok = tokenizer()
     kwargs: dict[str, Any] = {

@@ -5,7 +5,7 @@
         python benchmarks/cb_profile.py --repeats 1 --methods 4      # sample every thread of one method's run
     python benchmarks/cb_profile.py --summarize stream.raw         # where those samples went
 
-Generation only, no training: a Qwen2 model of the `small` shape (`trl_ada.sized_model`: 8 layers, hidden 512,
+Generation only, no training: a Qwen2 model of the `small` shape (`trl_ada.tools.sized_model`: 8 layers, hidden 512,
 vocabulary 16,384, random weights, built offline) samples completions for `--prompts` random prompts of
 `--prompt-length` tokens, up to `--max-tokens` tokens, at varied lengths (each token ends the completion with
 probability 2 / max-tokens) or, with `--fixed`, to the limit. The methods, each timed `--repeats` times, alternating:
@@ -17,11 +17,11 @@ probability 2 / max-tokens) or, with `--fixed`, to the limit. The methods, each 
   `streaming=True`, read event by event), nothing aborted: the backend's own cost against `generate_batch`;
 - `rounds, Ada-balanced 8x4`: Reinforce-Ada under rounds (rounds of 8, at most 4), each round one `model.generate`
   call over the active prompts' draws, scored with the same reward;
-- `streaming, Ada-balanced 8x4`: Reinforce-Ada's streaming schedule (`trl_ada.engine.sample`, posterior windows)
-  through the backend, scored with the pass-rate reward of `trl_ada.sized_model`.
+- `streaming, Ada-balanced 8x4`: Reinforce-Ada's streaming schedule (`trl_ada.core.engine.sample`, posterior windows)
+  through the backend, scored with the pass-rate reward of `trl_ada.tools.sized_model`.
 
 Each continuous-batching run opens its own manager (as a training step does), with a cache sized by
-`trl_ada.backends.continuous_batching.cache_size` for its rows. Printed: seconds per method (median), tokens,
+`trl_ada.adapter.backends.continuous_batching.cache_size` for its rows. Printed: seconds per method (median), tokens,
 tokens per second, and for the streaming run the events read, cancellations sent and aborted draws let finish.
 
 Continuous batching generates in a background thread, which Python's own profiler does not see: `--summarize`
@@ -45,10 +45,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from trl_ada.backends.continuous_batching import cache_size, continuous_batching_backend
-from trl_ada.compat import continuous_batching_cache
-from trl_ada.engine import RoundsBackend, Schedule, sample
-from trl_ada.sized_model import SHAPES, build_model, pass_rate_reward, random_prompts, word_tokenizer
+from trl_ada.adapter.backends.continuous_batching import cache_size, continuous_batching_backend
+from trl_ada.adapter.compat import continuous_batching_cache
+from trl_ada.core.engine import RoundsBackend, Schedule, sample
+from trl_ada.tools.sized_model import SHAPES, build_model, pass_rate_reward, random_prompts, word_tokenizer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,7 +109,7 @@ class Bench:
         return sum(len(o.generated_tokens) for o in outputs.values())
 
     def backend_grpo(self) -> int:
-        from trl_ada.engine import Draw
+        from trl_ada.core.engine import Draw
 
         with self._backend(len(self.prompts) * 4) as backend:
             backend.submit([Draw(i // 4, i) for i in range(len(self.prompts) * 4)])

@@ -26,7 +26,7 @@ REUSE = {"num_iterations": 2}
 # Streaming through transformers' continuous batching, with a KV cache sized for the toy tasks (16 prompts x 8 in
 # flight x 90 tokens fit 512 pages of 32): the default sizes it from free memory, which costs seconds per step on CPU.
 def _streaming() -> dict[str, Any]:
-    from trl_ada.compat import continuous_batching_cache
+    from trl_ada.adapter.compat import continuous_batching_cache
 
     return {
         "rollout_schedule": "streaming",

@@ -31,7 +31,7 @@ from learning_catalog import BASELINE, PAIRINGS
 from learning_report import runs_by_method
 from learning_stats import _bootstrap_mean_interval, _seed_differences, mean, measures_at, percentile_interval
 
-from trl_ada.heldout import PASS_AT_K
+from trl_ada.tools.heldout import PASS_AT_K
 
 Run = dict[str, Any]
 SECONDARY = "accuracy"  # the reward's accuracy, beside the primary metric

@@ -31,7 +31,7 @@ from learning_stats import (
     up_to_budget,
 )
 
-from trl_ada.heldout import PASS_AT_K
+from trl_ada.tools.heldout import PASS_AT_K
 
 
 def runs_by_method(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -33,9 +33,9 @@ bottom:
    its seeds split at random into two disjoint halves (unpaired), many times: the spread of each metric when nothing
    differs, the floor below which a method's difference is noise. (`paired_bootstrap` is the older interval of the
    tokens and seconds ratios to the final accuracy, and of the final accuracy itself.)
-4. Held-out samples beyond accuracy, at one checkpoint (`heldout_at`): pass@k (`trl_ada.heldout.mean_pass_at_k`,
+4. Held-out samples beyond accuracy, at one checkpoint (`heldout_at`): pass@k (`trl_ada.tools.heldout.mean_pass_at_k`,
    the unbiased estimator, from each prompt's count of correct samples), accuracy per label (level, rule) and the
-   policy's mean token entropy, as the evaluation recorded them (`trl_ada.heldout`, next to that evaluation). And
+   policy's mean token entropy, as the evaluation recorded them (`trl_ada.tools.heldout`, next to that evaluation). And
    the same measures compared with the baseline's in two frames, equal tokens (B) and equal steps (the baseline's
    last step), each seed's measure read off its checkpoints by linear interpolation (`heldout_comparison`, with a
    paired bootstrap interval; `heldout_aa_floor`, the baseline split against itself).
@@ -48,7 +48,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from trl_ada.heldout import PASS_AT_K, mean_pass_at_k
+from trl_ada.tools.heldout import PASS_AT_K, mean_pass_at_k
 
 Curve = dict[str, list[float]]  # columns "step", "tokens", "seconds", "accuracy" (and no others)
 Run = dict[str, Any]  # one run as the benchmark's JSON holds it: "seed", "checkpoints", ...

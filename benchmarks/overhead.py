@@ -7,8 +7,8 @@ One process trains the warmed-up toy model with Ada-balanced and with GRPO n=4 (
 per step: 16 prompts x 4). Timers wrap the functions from outside (thin subclasses and patched module names, nothing
 in `trl_ada` changes) and charge wall time *exclusively*: time inside a nested timer goes to the nested one.
 
-Ours: the engine (`sample_adaptively` with its round bookkeeping, `downsample`, `Tally`), `trl_ada.advantages`, and
-the trainer's own code around them (its `_generate`, `_calculate_rewards`, `_generate_and_score_completions`
+Ours: the engine (`sample_adaptively` with its round bookkeeping, `downsample`, `Tally`), `trl_ada.core.advantages`,
+and the trainer's own code around them (its `_generate`, `_calculate_rewards`, `_generate_and_score_completions`
 overrides and the round buffer). TRL's: generation (GRPOTrainer's `_generate`: tokenize, generate, decode), reward
 scoring (its `_calculate_rewards`), the rest of its `_generate_and_score_completions`, the loss forward and backward
 (`training_step`), and the optimizer step, callbacks and loop (the rest of `trainer.train()` from its first step to
@@ -122,9 +122,9 @@ def timed_trainers(clock: SectionClock) -> tuple[type, type]:
 @contextlib.contextmanager
 def timed_internals(clock: SectionClock) -> Iterator[None]:
     """Time the engine and advantage functions where the trainer looks them up, restoring them afterwards."""
-    from trl_ada import trainer as module
-    from trl_ada.backends import rounds
-    from trl_ada.engine import Tally
+    from trl_ada.adapter import trainer as module
+    from trl_ada.adapter.backends import rounds
+    from trl_ada.core.engine import Tally
 
     patches = [(rounds, "sample", "engine"), (module, "downsample", "engine")]
     patches += [(module, "pool_advantages", "advantages")]
@@ -145,7 +145,7 @@ def measure(key: str, model_dir: str, steps: int, seed: int, clock: SectionClock
     """Train one method for ``steps`` steps with every section timed; return the run's facts."""
     from transformers import TrainerCallback
 
-    from trl_ada.demo import HeldoutCurve, train_toy
+    from trl_ada.tools.demo import HeldoutCurve, train_toy
     from trl_ada.toy import make_arithmetic_dataset
 
     class TrainingLoop(TrainerCallback):  # from the first step to the end, set-up excluded

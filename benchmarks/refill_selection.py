@@ -1,11 +1,11 @@
 """Refill and prompt selection in the budget simulator: signal per sample of the same variants as
 `learning_per_token.py`, and the selection threshold / floor sweep behind the defaults.
 
-Every row runs through the trainer's engine and the trainer's side stream (`trl_ada.simulate`, see its docstring):
-the same prompts visited `--epochs` times, `--batch-size` per step, 0/1 rewards from fixed per-prompt pass rates.
-"Samples/prompt" counts every completion drawn (replaced pools included) per trained prompt; "signal" is the share
-of trained groups holding both a positive and a negative. Pass rates do not move here, so selection's rows are the
-most it can save; a learning policy drifts away from its memory.
+Every row runs through the trainer's engine and the trainer's side stream (`trl_ada.tools.simulate`, see its
+docstring): the same prompts visited `--epochs` times, `--batch-size` per step, 0/1 rewards from fixed per-prompt pass
+rates. "Samples/prompt" counts every completion drawn (replaced pools included) per trained prompt; "signal" is the
+share of trained groups holding both a positive and a negative. Pass rates do not move here, so selection's rows are
+the most it can save; a learning policy drifts away from its memory.
 
     python benchmarks/refill_selection.py --prompts 4096 --epochs 4 --seed 0
 """
@@ -19,8 +19,8 @@ import time
 
 from sampler_efficiency import fit_beta
 
-from trl_ada.engine import Schedule
-from trl_ada.simulate import PassRates, Strategy, format_table, parse_pass_rates, simulate
+from trl_ada.core.engine import Schedule
+from trl_ada.tools.simulate import PassRates, Strategy, format_table, parse_pass_rates, simulate
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 FLOORS = (0.05, 0.1, 0.2)

@@ -24,8 +24,8 @@ import sys
 import time
 from dataclasses import replace
 
-from trl_ada.engine import Schedule
-from trl_ada.simulate import (
+from trl_ada.core.engine import Schedule
+from trl_ada.tools.simulate import (
     Estimate,
     PassRates,
     Strategy,

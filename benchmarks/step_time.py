@@ -4,8 +4,8 @@
     python benchmarks/step_time.py --quick              # seconds: 48 prompts, 1 seed (what the test runs)
 
 No model and no real time: a discrete-event engine with a virtual clock (`EmulatedEngine`) implements the engine's
-`Backend` protocol (submit / wait / abort), and every method runs through `trl_ada.engine.sample`, the scheduler the
-trainer uses. Deterministic given a seed.
+`Backend` protocol (submit / wait / abort), and every method runs through `trl_ada.core.engine.sample`, the scheduler
+the trainer uses. Deterministic given a seed.
 
 The engine (the back-of-envelope event model of the project's cost notes, cost.md; not a measurement of vLLM):
 - continuous batching: every running sequence gets one token per decode step, and a step with b running sequences
@@ -28,7 +28,7 @@ Methods: GRPO n=4 and n=16 (one round); Ada-balanced (rule 2 right + 2 wrong, gr
 rounds of 8, posterior-sized rounds, streaming with k draws *running* per prompt (`max_in_flight`, default
 samples_per_round = 8, and 16; finished draws held behind an unfinished earlier one do not count), streaming with
 posterior sizing (each prompt keeps min(8, max(1, ceil(E[remaining draws]))) running, E under the Beta(1, 1) prior
-from every outcome it has seen: `trl_ada.engine.expected_remaining_draws`); Ada-positive (1 right, group 4, 8 x 4)
+from every outcome it has seen: `trl_ada.core.engine.expected_remaining_draws`); Ada-positive (1 right, group 4, 8 x 4)
 rounds and streaming; and each rule's sequential limit (streaming with max_in_flight = 1: one draw at a time, stop as
 soon as the rule holds), whose pools are the floor on samples. Extras: streaming with k = 2, 4, 32 running; posterior
 sizing with a budget of 16 x 2 (rounds: 2 posterior-sized rounds; streaming: the same expected-need window, capped
@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from trl_ada.engine import Finished, SamplingResult, Schedule, sample
+from trl_ada.core.engine import Finished, SamplingResult, Schedule, sample
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import describe, machine_info
@@ -153,7 +153,7 @@ class Workload:
 
 
 class EmulatedEngine:
-    """A continuous-batching engine on a virtual clock, as a `trl_ada.engine.Backend`.
+    """A continuous-batching engine on a virtual clock, as a `trl_ada.core.engine.Backend`.
 
     A sequence admitted at decode step s with length L finishes at step s + L. `wait` runs decode steps up to the next
     finish (all running sequences advance together, each step taking t(b) for the b running then), and returns every

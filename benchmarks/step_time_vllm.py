@@ -9,12 +9,12 @@
 Opt-in: it needs vLLM (or a running server) and aiohttp, so CI never runs it (CI tests only its argument parsing and
 its table, `tests/test_step_time_vllm.py`). The GPU version, against a real model: `scripts/step_time_gpu.sh`.
 
-Every method runs the trainer's scheduler (`trl_ada.engine.sample`) over the same client, the streaming vLLM server
-backend (`trl_ada.backends.vllm_server.VLLMServerBackend`): one streamed `/v1/completions` request per draw, aborts
-close the connection. Rounds go through it too, with `rollout="rounds"`: the engine submits a whole round and calls
-`wait` until every draw of the round is back (a barrier), so rounds and streaming differ only in the schedule, not in
-the client code, the HTTP path or the server. (TRL's own rounds client, `VLLMClient.generate`, sends one blocking
-request per round with `n` samples per prompt; it is not what is measured here.)
+Every method runs the trainer's scheduler (`trl_ada.core.engine.sample`) over the same client, the streaming vLLM
+server backend (`trl_ada.adapter.backends.vllm_server.VLLMServerBackend`): one streamed `/v1/completions` request per
+draw, aborts close the connection. Rounds go through it too, with `rollout="rounds"`: the engine submits a whole round
+and calls `wait` until every draw of the round is back (a barrier), so rounds and streaming differ only in the
+schedule, not in the client code, the HTTP path or the server. (TRL's own rounds client, `VLLMClient.generate`, sends
+one blocking request per round with `n` samples per prompt; it is not what is measured here.)
 
 Methods (as in `benchmarks/step_time.py`): GRPO n=4 and n=16 (one round); Ada-balanced (exit at 2 right + 2 wrong,
 group 4, budget 8 x 4 = 32) in fixed rounds of 8, posterior-sized rounds, streaming with `max_in_flight` k
@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trl_ada.engine import SamplingResult, Schedule, sample
+from trl_ada.core.engine import SamplingResult, Schedule, sample
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import describe, machine_info
@@ -139,7 +139,7 @@ def load_task(args: argparse.Namespace) -> Task:
     with a `prompt` (text or conversation) and an `answer` per line. Conversations go through the chat template."""
     from transformers import AutoTokenizer
 
-    from trl_ada.rewards import resolve_reward
+    from trl_ada.tools.rewards import resolve_reward
 
     tokenizer = AutoTokenizer.from_pretrained(str(args.model_dir))
     if args.prompts_file is None:
@@ -317,7 +317,7 @@ def sampling_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_step(method: Method, task: Task, url: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     """One generation step of `method` through a fresh streaming backend; what it did and how long it took."""
-    from trl_ada.backends.vllm_server import VLLMServerBackend
+    from trl_ada.adapter.backends.vllm_server import VLLMServerBackend
 
     before = quiesce(url)
     backend = VLLMServerBackend(
@@ -488,7 +488,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--prompts", type=int, default=64, help="prompts per step (default 64)")
     parser.add_argument("--prompts-file", type=pathlib.Path, help="JSONL with `prompt` and `answer` (default: toy)")
-    parser.add_argument("--reward", default="toy", help="reward name or dotted path (trl_ada.rewards; default toy)")
+    parser.add_argument(
+        "--reward", default="toy", help="reward name or dotted path (trl_ada.tools.rewards; default toy)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the toy prompts (default 0)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every method (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed GRPO n=4 steps first (default 1)")

@@ -28,9 +28,15 @@ from machine import describe, machine_info
 RESULTS = pathlib.Path(__file__).parent / "results"
 PINNED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY")
 SETTINGS = {  # label -> (command after `python`, environment overrides)
-    "pinned (trl-ada demo)": (["-m", "trl_ada.cli", "demo"], {}),
-    "1 thread": (["-c", "import sys; from trl_ada.demo import main; main(sys.argv[1:])"], {"OMP_NUM_THREADS": "1"}),
-    "2 threads": (["-c", "import sys; from trl_ada.demo import main; main(sys.argv[1:])"], {"OMP_NUM_THREADS": "2"}),
+    "pinned (trl-ada demo)": (["-m", "trl_ada.tools.cli", "demo"], {}),
+    "1 thread": (
+        ["-c", "import sys; from trl_ada.tools.demo import main; main(sys.argv[1:])"],
+        {"OMP_NUM_THREADS": "1"},
+    ),
+    "2 threads": (
+        ["-c", "import sys; from trl_ada.tools.demo import main; main(sys.argv[1:])"],
+        {"OMP_NUM_THREADS": "2"},
+    ),
 }
 TIMES = re.compile(r"Training time: GRPO n=4 (\d+)s, Ada-\w+ (\d+)s; (\d+)s in all\.")
 

@@ -11,7 +11,7 @@ from mp_common import cpu_config, shut_down
 from transformers import AutoTokenizer
 
 from trl_ada import ReinforceAdaTrainer
-from trl_ada.prompt_stream import SidePrompts
+from trl_ada.core.prompt_stream import SidePrompts
 
 out_dir, model_dir = sys.argv[1], sys.argv[2]
 rank = int(os.environ["RANK"])  # set by the launcher

@@ -1,4 +1,4 @@
-"""Tests of the pure advantage functions (`trl_ada.advantages`) against hand-computed values and the stdlib."""
+"""Tests of the pure advantage functions (`trl_ada.core.advantages`) against hand-computed values and the stdlib."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.advantages import EPS, difficulty_weights, nan_mean_std, normalized_advantages
+from trl_ada.core.advantages import EPS, difficulty_weights, nan_mean_std, normalized_advantages
 
 NAN = math.nan
 
@@ -182,7 +182,7 @@ def test_difficulty_weight_cap_is_never_exceeded(rates, max_weight, scheme, dtyp
 
 
 def test_normalize_then_sum_hand_worked():
-    from trl_ada.advantages import normalize_then_sum
+    from trl_ada.core.advantages import normalize_then_sum
 
     nan = float("nan")
     # One prompt; its pool of 3: function a gives 1, 0, 1 (mean 2/3, std sqrt(1/3)); function b gives 0.5, 0.5 and

@@ -1,5 +1,5 @@
-"""Tests of the budget allocation (`trl_ada.allocation`): hand-worked examples and properties against an independent
-continuous solution (bisection on the water level)."""
+"""Tests of the budget allocation (`trl_ada.core.allocation`): hand-worked examples and properties against an
+independent continuous solution (bisection on the water level)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.allocation import ALLOCATION_RULES, allocate, allocation_scores
+from trl_ada.core.allocation import ALLOCATION_RULES, allocate, allocation_scores
 
 
 def reference_score(p: float, rule: str) -> float:

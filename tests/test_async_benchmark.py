@@ -13,7 +13,7 @@ import async_worker
 from async_worker import GroupRecord, Method, PromptCost, interval, markdown_table, parse_args, window_metrics
 from step_time import Regime, Workload
 
-from trl_ada.async_worker import AdaRolloutConfig
+from trl_ada.adapter.async_worker import AdaRolloutConfig
 
 # --------------------------------------------------------------------------------------------------------------------
 # Arguments

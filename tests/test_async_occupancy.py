@@ -15,7 +15,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks
 import async_worker
 from step_time import REGIMES, EmulatedEngine, Lengths, Regime, Workload
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 
 # t0 = 1 s per decode step whatever runs (c = 0): a completion of L tokens takes L seconds, and time is steps.
 SECONDS_PER_TOKEN = Regime("hand", c=0.0, t0=1.0)
@@ -151,8 +151,8 @@ def test_request_slots_go_to_the_oldest_prompt_and_a_finished_draw_holds_its_slo
     backend hands its slots on, and `wake` says there is room for a new prompt."""
     from types import SimpleNamespace
 
-    from trl_ada.async_worker import RequestSlots, TaskBackend
-    from trl_ada.engine import Draw
+    from trl_ada.adapter.async_worker import RequestSlots, TaskBackend
+    from trl_ada.core.engine import Draw
 
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()

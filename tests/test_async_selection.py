@@ -21,7 +21,7 @@ from test_async_worker import RIGHT, WRONG, Script, collect_until, exact_answer,
 from test_async_worker import tokenizer as tokenizer  # the fixture
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 
 A, B, C = "1+3", "2+2", "3+1"  # prompts with qid 0, 1, 2 in that order
 
@@ -427,7 +427,7 @@ def test_the_worker_takes_an_environment_factory_and_checks_the_new_settings(mon
 
     from trl.experimental.async_grpo import async_rollout_worker
 
-    from trl_ada.async_worker import AdaRolloutWorker
+    from trl_ada.adapter.async_worker import AdaRolloutWorker
 
     monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
     ada = AdaRolloutConfig(prompt_selection="pass_rate", pilot_size=2, refill=True)
@@ -455,7 +455,7 @@ def test_the_worker_warns_that_resume_and_epochs_drift_with_refill_or_selection(
 
     from trl.experimental.async_grpo import async_rollout_worker
 
-    from trl_ada.async_worker import AdaRolloutWorker
+    from trl_ada.adapter.async_worker import AdaRolloutWorker
 
     monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
     with warnings.catch_warnings(record=True) as caught:

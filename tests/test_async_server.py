@@ -41,7 +41,7 @@ from test_async_worker import (
 from test_async_worker import tokenizer as tokenizer  # the module-scoped fixture
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample, _AsyncRolloutLoop
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 
 MODEL = "stand-in/toy"
 HANG = 60.0  # seconds per token: a request that only ends when its client leaves

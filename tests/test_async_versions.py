@@ -9,7 +9,7 @@ import pytest
 import trl
 from trl.experimental.async_grpo import async_rollout_worker
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop, AdaRolloutWorker
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop, AdaRolloutWorker
 
 RANGE = ">=1.14.0,<1.17"  # the releases read: 1.14.0-1.14.2, 1.15.0, 1.16.0
 
@@ -46,10 +46,10 @@ def test_a_trl_without_the_async_worker_fails_the_import_with_the_range() -> Non
     """In a fresh interpreter where TRL's async rollout module cannot be imported (as in a release without it)."""
     code = (
         "import sys; sys.modules['trl.experimental.async_grpo.async_rollout_worker'] = None\n"
-        "import trl_ada.async_worker"
+        "import trl_ada.adapter.async_worker"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: trl_ada.async_worker supports TRL " + RANGE), result.stderr[-2000:]
+    assert last.startswith("ImportError: trl_ada.adapter.async_worker supports TRL " + RANGE), result.stderr[-2000:]
     assert f"TRL {trl.__version__} is installed" in last

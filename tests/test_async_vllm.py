@@ -35,7 +35,7 @@ from test_vllm import server_finished_requests, vllm, vllm_server  # noqa: F401 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.chat_template_utils import qwen3_template
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 
 pytestmark = [
     pytest.mark.vllm,
@@ -173,7 +173,7 @@ def test_ada_worker_process_against_vllm_serve(vllm_server: Any, toy_cold_dir: P
     (the kwargs pickled across), rows arrive on its multiprocessing queue, a model version the parent publishes
     tags the groups dispatched after it, `ada/*` metrics come through its metric queue, and `stop()` ends the child
     and its requests."""
-    from trl_ada.async_worker import AdaRolloutWorker
+    from trl_ada.adapter.async_worker import AdaRolloutWorker
 
     tokenizer = toy_tokenizer(toy_cold_dir)
     worker = AdaRolloutWorker(**worker_kwargs(tokenizer, toy_cold_dir, vllm_server.url))

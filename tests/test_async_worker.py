@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 from trl.chat_template_utils import qwen3_template
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample, _AsyncRolloutLoop
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 from trl_ada.toy import toy_model_dir
 
 RIGHT, WRONG = "4", "5"  # the scripted answers; the reward function scores the text
@@ -345,7 +345,7 @@ def test_the_worker_spawns_our_loop_and_checks_settings_before_spawning(monkeypa
 
     from trl.experimental.async_grpo import async_rollout_worker
 
-    from trl_ada.async_worker import AdaRolloutWorker
+    from trl_ada.adapter.async_worker import AdaRolloutWorker
 
     monkeypatch.setattr(async_rollout_worker, "is_vllm_available", lambda: True)
     ada = AdaRolloutConfig(sampling_strategy="positive")

@@ -21,7 +21,7 @@ from trl.chat_template_utils import qwen3_template
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from trl.experimental.async_grpo import async_rollout_worker as trl_worker
 
-from trl_ada.async_worker import AdaRolloutConfig, AdaRolloutLoop, AdaRolloutWorker
+from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop, AdaRolloutWorker
 from trl_ada.toy import toy_model_dir
 
 # Keyword -> expression of the trainer's `AsyncRolloutWorker(...)` call (TRL 1.16.0, async_grpo_trainer.py:1367-1390).

@@ -469,7 +469,7 @@ def test_method_shape_keeps_completions_per_run_and_evaluation_points():
 
 
 def test_memory_methods_use_the_memory_baseline(tmp_path):
-    from trl_ada.demo import _toy_config, _toy_settings
+    from trl_ada.tools.demo import _toy_config, _toy_settings
 
     method, _ = learning_catalog.CATALOG["memory-2"]
     settings = _toy_settings(method, 64, 10, 32, 0, 1e-4, "none", tmp_path, 1)
@@ -489,7 +489,7 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
     from trl import GRPOConfig
 
     from trl_ada import ReinforceAdaConfig
-    from trl_ada.demo import _toy_config, _toy_settings
+    from trl_ada.tools.demo import _toy_config, _toy_settings
 
     def config_of(key):
         method, _ = learning_catalog.CATALOG[key]
@@ -521,7 +521,7 @@ def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_pa
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ada import ReinforceAdaConfig
-    from trl_ada.demo import _toy_config, _toy_settings
+    from trl_ada.tools.demo import _toy_config, _toy_settings
 
     def config_of(key):
         method, _ = learning_catalog.CATALOG[key]
@@ -622,7 +622,7 @@ def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, 
     from trl import GRPOTrainer
 
     from trl_ada import ReinforceAdaTrainer
-    from trl_ada.demo import train_toy
+    from trl_ada.tools.demo import train_toy
     from trl_ada.toy import make_arithmetic_dataset
 
     steps, prompts_per_step = 3, 4
@@ -822,8 +822,9 @@ def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
-    from trl_ada import engine, trainer
-    from trl_ada.backends import rounds
+    from trl_ada.adapter import trainer
+    from trl_ada.adapter.backends import rounds
+    from trl_ada.core import engine
 
     originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": rounds.Rollouts.add}
     argv = ["--steps", "2", "--repeats", "1", "--threads", "1", "--model-dir", str(toy_cold_dir)]
@@ -847,7 +848,7 @@ def test_the_claims_methods_build_the_papers_configurations():
     twice GRPO n=4's tokens a step train its steps."""
     import warnings
 
-    from trl_ada.demo import _toy_config, _toy_settings
+    from trl_ada.tools.demo import _toy_config, _toy_settings
 
     expected = {  # key -> (trainer, strategy, weighting, allocation, group)
         "ada-est": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_sqrt_p", 4),

@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from trl_ada.backends.continuous_batching import (
+from trl_ada.adapter.backends.continuous_batching import (
     FINISH_MARGIN,
     ContinuousBatchingBackend,
     cache_size,
     kv_bytes_per_token,
 )
-from trl_ada.engine import Draw
+from trl_ada.core.engine import Draw
 
 
 @dataclass

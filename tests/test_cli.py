@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from trl_ada import catalog, cli, demo, evaluate, prepare, simulate
+from trl_ada.tools import catalog, cli, demo, evaluate, prepare, simulate
 
 PARSERS = {
     "prepare": prepare.build_parser,

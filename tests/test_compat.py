@@ -12,7 +12,7 @@ import trl.trainer.grpo_trainer as grpo_trainer
 from packaging.version import Version
 from trl import GRPOTrainer
 
-from trl_ada import compat
+from trl_ada.adapter import compat
 
 
 def parameters(function):
@@ -149,7 +149,7 @@ def test_the_rest_of_the_seam_list_is_where_compat_says():
     """Every other TRL-private name trl-ada reads, writes or overrides (compat.py's module docstring lists them)."""
     from transformers import Trainer
 
-    from trl_ada.compat import ROLLOUT_STATE, GenerationOutput, ToolLoopOutput
+    from trl_ada.adapter.compat import ROLLOUT_STATE, GenerationOutput, ToolLoopOutput
 
     # Overridden and called: their signatures.
     assert parameters(GRPOTrainer._tool_call_loop) == [

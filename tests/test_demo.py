@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trl_ada import reproducible
-from trl_ada.demo import main
-from trl_ada.reproducible import PINNED_ENV
+from trl_ada.tools import reproducible
+from trl_ada.tools.demo import main
+from trl_ada.tools.reproducible import PINNED_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ SMALL = ["--steps", "3", "--prompts-per-step", "8", "--heldout", "32", "--log-ev
 
 
 def demo_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "trl_ada.cli", "demo", *args]
+    return [sys.executable, "-m", "trl_ada.tools.cli", "demo", *args]
 
 
 def clean_env(cache: Path) -> dict[str, str]:
@@ -102,7 +102,9 @@ def test_python_m_demo_restarts_itself_pinned(tmp_path):
     def run(*command):
         return subprocess.run(command, capture_output=True, text=True, timeout=300, env=clean_env(tmp_path))
 
-    restarted = run(sys.executable, "-c", "from trl_ada import reproducible as r; r.restart_pinned(r.__name__, [])")
+    restarted = run(
+        sys.executable, "-c", "from trl_ada.tools import reproducible as r; r.restart_pinned(r.__name__, [])"
+    )
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert "pinned: the toy model's runs reproduce bit for bit" in restarted.stdout
     demo_help = run(sys.executable, "-m", "trl_ada.demo", "--help")

@@ -202,7 +202,7 @@ class InstantBackend:
         self.pending.extend(draws)
 
     def wait(self):
-        from trl_ada.engine import Finished
+        from trl_ada.core.engine import Finished
 
         done, self.pending = self.pending, []
         return [Finished(draw.ticket, draw.ticket, 1) for draw in done]
@@ -223,7 +223,7 @@ def coin_rewards(rng: random.Random, pass_rate: float):
 def test_streaming_and_rounds_pools_differ():
     """docs/streaming.md: positive rule, rounds of 8, group 4, pass rate 0.9: a rounds pool holds the first round of 8
     and has no signal with probability 0.9^8 = 0.43; a streaming pool stops at 4, 0.9^4 = 0.66."""
-    from trl_ada.engine import Schedule, has_signal, sample
+    from trl_ada.core.engine import Schedule, has_signal, sample
 
     schedule = Schedule.from_strategy("positive", 4, samples_per_round=8, max_rounds=4, positive_threshold=0.7)
     batches, prompts = 80, 250  # 20,000 prompts in batches of a realistic size (streaming's cost grows with the batch)
@@ -424,7 +424,7 @@ def exit_code_table() -> list[tuple[int, str, str]]:
 
 
 def test_every_exit_code_docs_cli_md_documents_is_what_its_example_returns(monkeypatch, capsys, tmp_path):
-    from trl_ada import cli
+    from trl_ada.tools import cli
 
     table = exit_code_table()
     assert [code for code, _, _ in table] == [0, 1, 2, 130]

@@ -1,4 +1,4 @@
-"""Tests of the model-free successive-elimination engine (`trl_ada.engine`).
+"""Tests of the model-free successive-elimination engine (`trl_ada.core.engine`).
 
 Every expectation is computed independently of the engine: by hand, from the stdlib (`statistics`, `math.comb`),
 from a closed form, or from a small exact dynamic programme, with statistical bounds stated where sampling is
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trl_ada.engine import STRATEGIES, ExitRule, Pool, Request, Schedule, Tally, downsample, sample_adaptively
+from trl_ada.core.engine import STRATEGIES, ExitRule, Pool, Request, Schedule, Tally, downsample, sample_adaptively
 
 NAN = math.nan
 

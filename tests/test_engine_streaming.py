@@ -1,4 +1,4 @@
-"""Tests of the streaming scheduler (`trl_ada.engine.sample(..., rollout="streaming")`), free of any model.
+"""Tests of the streaming scheduler (`trl_ada.core.engine.sample(..., rollout="streaming")`), free of any model.
 
 The backends here are fakes whose finish order the test controls: a discrete-event one (a draw finishes a scripted
 duration after it was submitted; every draw finishing at the earliest time comes back in one `wait` batch) and a
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trl_ada.engine import Draw, Finished, Schedule, downsample, expected_remaining_draws, sample
+from trl_ada.core.engine import Draw, Finished, Schedule, downsample, expected_remaining_draws, sample
 
 NAN = math.nan
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from trl_ada.cli import UsageError
-from trl_ada.evaluate import (
+from trl_ada.adapter.errors import UsageError
+from trl_ada.tools.evaluate import (
     BENCHMARKS,
     BenchmarkResult,
     build_parser,

@@ -13,9 +13,9 @@ from test_trainer import ada_logs, keyed_dataset, make_trainer
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada import trainer as trainer_module
-from trl_ada.checks import SignalWatch
-from trl_ada.engine import ExitRule
+from trl_ada.adapter import trainer as trainer_module
+from trl_ada.adapter.checks import SignalWatch
+from trl_ada.core.engine import ExitRule
 
 # -------------------------------------------------------------------------------------------------------------------
 # SignalWatch: hand-worked sequences
@@ -134,7 +134,7 @@ def test_no_reward_at_all_warns_on_its_own_line_with_back_off_and_shows_in_the_m
 
 
 def test_signal_metrics_on_hand_worked_highest_rewards():
-    from trl_ada.metrics import signal_metrics
+    from trl_ada.core.metrics import signal_metrics
 
     expected = {0.0: (1, 1), -math.inf: (1, 1), -0.5: (1, 1), 0.5: (0, 1), 0.7: (0, 1), 1.0: (0, 0)}
     for highest, (no_reward, no_positive) in expected.items():
@@ -285,8 +285,8 @@ def test_reward_seconds_holds_the_time_in_reward_functions(toy_cold_dir, tmp_pat
 def test_step_io_refill_signal_reads_the_named_column_and_skips_what_the_exit_rules_skip():
     import torch
 
-    from trl_ada.engine import Pool
-    from trl_ada.step_io import StepIO
+    from trl_ada.adapter.step_io import StepIO
+    from trl_ada.core.engine import Pool
 
     table = torch.tensor([[1.0, 0.1], [1.0, 0.2], [0.0, 0.3], [float("nan"), 0.4]])  # (handle, function)
     io = StepIO(*([None] * 17), refill_filter_column=0)
@@ -355,7 +355,7 @@ def grpo_init_unreached(monkeypatch):
 
 
 def test_a_missing_model_folder_is_one_line_before_trl_loads_anything(tmp_path, grpo_init_unreached):
-    from trl_ada.cli import UsageError
+    from trl_ada.adapter.errors import UsageError
 
     missing = tmp_path / "runs" / "no-such-model"
     with pytest.raises(UsageError) as info:
@@ -369,7 +369,7 @@ def test_a_hub_id_offline_and_not_cached_is_one_line_before_trl_loads_anything(
 ):
     from huggingface_hub import constants
 
-    from trl_ada.cli import RunError
+    from trl_ada.adapter.errors import RunError
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     started = time.perf_counter()
@@ -421,7 +421,7 @@ def test_the_toy_model_with_plain_string_prompts_warns_at_construction(toy_cold_
 
 
 def test_plain_string_prompts_to_a_model_that_is_not_a_toy_say_nothing(tmp_path):
-    from trl_ada.checks import toy_plain_prompt_message
+    from trl_ada.adapter.checks import toy_plain_prompt_message
 
     plain = Dataset.from_list([{"prompt": "47-8", "answer": "39"}])
     folder = tmp_path_with_config(tmp_path)

@@ -17,8 +17,8 @@ from test_trainer import ada_logs, keyed_dataset, make_trainer
 from trl import GRPOTrainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada.checks import RewardFunctionError
-from trl_ada.engine import STRATEGIES, Schedule, sample_adaptively
+from trl_ada.adapter.checks import RewardFunctionError
+from trl_ada.core.engine import STRATEGIES, Schedule, sample_adaptively
 
 # -------------------------------------------------------------------------------------------------------------------
 # Config: rejected at construction, naming the knob
@@ -170,7 +170,7 @@ def test_async_reward_failure_is_recorded_not_raised():
 
     from trl.trainer.utils import is_async_callable
 
-    from trl_ada.checks import RewardGuard
+    from trl_ada.adapter.checks import RewardGuard
 
     async def remote_grader(prompts, completions, **kwargs):
         raise TimeoutError("grader did not answer")
@@ -254,7 +254,7 @@ def test_duplicate_prompts_in_one_batch_keep_separate_pools(toy_cold_dir, tmp_pa
 
 @pytest.mark.slow
 def test_prompt_beyond_model_context_warns_once_and_trains(toy_cold_dir, tmp_path, monkeypatch):
-    from trl_ada import trainer as trainer_module
+    from trl_ada.adapter import trainer as trainer_module
 
     warnings = []
     monkeypatch.setattr(trainer_module.logger, "warning", warnings.append)
@@ -434,7 +434,7 @@ def test_budget_is_never_exceeded_even_when_another_process_forces_extra_rounds(
     ],
 )
 def test_cli_bad_input_fails_with_the_cause_and_no_traceback(toy_cold_dir, tmp_path, capsys, argv, message):
-    from trl_ada.cli import main
+    from trl_ada.tools.cli import main
 
     if argv[0] == "eval":
         argv = [*argv, "--model", str(toy_cold_dir), "--output-dir", str(tmp_path)]
@@ -450,8 +450,8 @@ def test_cli_bad_input_fails_with_the_cause_and_no_traceback(toy_cold_dir, tmp_p
 
 @pytest.mark.slow
 def test_pools_hold_row_numbers_and_rollouts_hold_token_ids_and_text(toy_cold_dir, tmp_path, monkeypatch):
-    from trl_ada import trainer as trainer_module
-    from trl_ada.backends.rounds import Rollouts
+    from trl_ada.adapter import trainer as trainer_module
+    from trl_ada.adapter.backends.rounds import Rollouts
 
     seen = []
     select = Rollouts.select

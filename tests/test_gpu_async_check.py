@@ -4,8 +4,8 @@ The GPU run itself (AsyncGRPOTrainer.train() against a vLLM server) cannot run h
 import pytest
 from trl.experimental.async_grpo import async_rollout_worker as trl_worker
 
-from trl_ada import gpu_async_check
-from trl_ada.async_worker import AdaRolloutConfig
+from trl_ada.adapter.async_worker import AdaRolloutConfig
+from trl_ada.tools import gpu_async_check
 from trl_ada.toy import toy_model_dir
 
 

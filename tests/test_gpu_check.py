@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trl_ada import gpu_check
-from trl_ada.gpu_check import RunResult, parse_args, report
+from trl_ada.tools import gpu_check
+from trl_ada.tools.gpu_check import RunResult, parse_args, report
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

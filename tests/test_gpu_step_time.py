@@ -1,5 +1,5 @@
 """The realistic-size step-time command (`python -m trl_ada.gpu_step_time`) in its CPU dry run, its budget, and the
-model and workload it builds (`trl_ada.sized_model`). What only a GPU can show (the times, peak memory) is not
+model and workload it builds (`trl_ada.tools.sized_model`). What only a GPU can show (the times, peak memory) is not
 checked here."""
 
 import json
@@ -9,9 +9,9 @@ import zlib
 import pytest
 import torch
 
-from trl_ada import gpu_step_time
-from trl_ada.gpu_step_time import RUNS, Row, estimate, parse_args, plan
-from trl_ada.sized_model import (
+from trl_ada.tools import gpu_step_time
+from trl_ada.tools.gpu_step_time import RUNS, Row, estimate, parse_args, plan
+from trl_ada.tools.sized_model import (
     EOS,
     PAD,
     SHAPES,
@@ -81,7 +81,7 @@ def test_the_end_of_sequence_margin_gives_the_asked_rate_on_fresh_prompts():
 def test_a_bias_coordinate_that_does_not_stay_positive_is_an_error(monkeypatch):
     """Without the shared embedding value the coordinate's sign varies across positions, so no margin could set the
     rate: the build says so instead of training on a workload that is not the one asked for."""
-    import trl_ada.sized_model as sized_model
+    import trl_ada.tools.sized_model as sized_model
 
     monkeypatch.setattr(sized_model, "BIAS_VALUE", 0.0)
     for mean_length in (None, 4):

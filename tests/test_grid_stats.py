@@ -30,9 +30,9 @@ def per_token(tokens: float) -> float:
 
 
 def simulate(seed, tokens_per_step, accuracy_at, steps=STEPS, grid=GRID, noise=0.004):
-    """One run evaluated as `trl_ada.heldout_curve.HeldoutCurve` evaluates on a grid: before training, at the end of
-    the first step at or past each token point, at each grid step and at the last step. ``accuracy_at(step, tokens)``
-    is the true curve; a per-seed offset and per-evaluation noise are added."""
+    """One run evaluated as `trl_ada.tools.heldout_curve.HeldoutCurve` evaluates on a grid: before training, at the end
+    of the first step at or past each token point, at each grid step and at the last step.
+    ``accuracy_at(step, tokens)`` is the true curve; a per-seed offset and per-evaluation noise are added."""
     rng = random.Random(seed)
     offset = rng.gauss(0, noise)
 

@@ -1,4 +1,4 @@
-"""Held-out measures besides accuracy (trl_ada.heldout): pass@k and accuracy per label on hand-worked counts, the
+"""Held-out measures besides accuracy (trl_ada.tools.heldout): pass@k and accuracy per label on hand-worked counts, the
 policy's mean token entropy against hand computations, and what `HeldoutCurve` records at a checkpoint."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from trl_ada.heldout import accuracy_by_label, mean_pass_at_k, mean_token_entropy, pass_at_k
+from trl_ada.tools.heldout import accuracy_by_label, mean_pass_at_k, mean_token_entropy, pass_at_k
 
 
 def test_pass_at_k_unbiased_estimator():
@@ -115,7 +115,7 @@ def test_mean_token_entropy_of_the_toy_model_matches_sequence_by_sequence():
 def test_heldout_curve_records_counts_labels_and_entropy_beside_the_same_accuracy():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ada.demo import GenerationCounter, HeldoutCurve
+    from trl_ada.tools.demo import GenerationCounter, HeldoutCurve
     from trl_ada.toy import SHIPPED_WARM_DIR, make_arithmetic_dataset, sampled_accuracy
 
     model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_DIR)
@@ -142,7 +142,7 @@ def test_heldout_curve_records_counts_labels_and_entropy_beside_the_same_accurac
 def test_heldout_entropy_is_taken_over_each_prompts_first_samples():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ada.demo import ENTROPY_SAMPLES, GenerationCounter, HeldoutCurve
+    from trl_ada.tools.demo import ENTROPY_SAMPLES, GenerationCounter, HeldoutCurve
     from trl_ada.toy import SHIPPED_WARM_DIR, make_arithmetic_dataset, sample_completions
 
     model = AutoModelForCausalLM.from_pretrained(SHIPPED_WARM_DIR)

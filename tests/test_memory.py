@@ -1,4 +1,5 @@
-"""Tests of the pass-rate memory (`trl_ada.memory`) against hand-computed decayed counts and Beta posterior means."""
+"""Tests of the pass-rate memory (`trl_ada.core.memory`) against hand-computed decayed counts and Beta posterior
+means."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from trl_ada.memory import PassRateMemory, prompt_key, prompt_text_key
+from trl_ada.core.memory import PassRateMemory, prompt_key, prompt_text_key
 
 # --------------------------------------------------------------------------------------------------------------------
 # p_hat and updates
@@ -244,7 +245,7 @@ def outputs_under_hash_seeds(code: str, *seeds: str) -> set[str]:
 
 
 def test_prompt_key_is_stable_across_interpreter_runs():
-    code = "from trl_ada.memory import prompt_key; print(prompt_key([5, 6, 7]), prompt_key('q-12'))"
+    code = "from trl_ada.core.memory import prompt_key; print(prompt_key([5, 6, 7]), prompt_key('q-12'))"
     keys = outputs_under_hash_seeds(code, "1", "2")
     assert keys == {f"{prompt_key([5, 6, 7])} id:q-12\n"}
 
@@ -349,7 +350,7 @@ def test_prompt_text_key_of_images_with_equal_bytes_but_other_shape_mode_or_pale
 
 def test_prompt_text_key_of_images_is_stable_across_interpreter_runs():
     code = (
-        "import numpy as np; from PIL import Image; from trl_ada.memory import prompt_text_key; "
+        "import numpy as np; from PIL import Image; from trl_ada.core.memory import prompt_text_key; "
         "image = Image.fromarray((np.arange(48, dtype=np.uint8) * 5).reshape(4, 4, 3)); "
         "print(prompt_text_key([{'role': 'user', 'content': [{'type': 'image', 'image': image}, "
         "{'type': 'text', 'text': 'What color?'}]}]))"
@@ -377,7 +378,9 @@ def test_prompt_text_key_of_other_non_json_values_is_content_based():
     assert key(decimal.Decimal("1.5")) == key(decimal.Decimal("1.5")) != key(decimal.Decimal("1.50"))
     assert key(pathlib.PurePosixPath("a/b")) != key("a/b")
     # A set of strings is keyed the same whatever the interpreter's string hashing.
-    code = "from trl_ada.memory import prompt_text_key; print(prompt_text_key({'alpha', 'beta', 'gamma', 'delta'}))"
+    code = (
+        "from trl_ada.core.memory import prompt_text_key; print(prompt_text_key({'alpha', 'beta', 'gamma', 'delta'}))"
+    )
     keys = outputs_under_hash_seeds(code, "1", "2", "3")
     assert keys == {prompt_text_key({"alpha", "beta", "gamma", "delta"}) + "\n"}
     # Nothing to key an object by but its address: still an error, not a key that changes between runs.

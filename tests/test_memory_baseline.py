@@ -11,8 +11,8 @@ import torch
 from test_trainer import keyed_dataset, logged_key, make_trainer
 
 from trl_ada import ReinforceAdaConfig
-from trl_ada.advantages import memory_baselines, pool_advantages
-from trl_ada.async_worker import AdaRolloutConfig
+from trl_ada.adapter.async_worker import AdaRolloutConfig
+from trl_ada.core.advantages import memory_baselines, pool_advantages
 
 
 def test_memory_baselines_are_uniform_prior_posterior_means():
@@ -206,7 +206,7 @@ def test_two_steps_subtract_the_memory_of_the_steps_before(toy_cold_dir, tmp_pat
 
 
 def test_mismatch_is_named_for_several_functions_and_for_totals_other_than_0_and_1():
-    from trl_ada.advantages import memory_baseline_mismatch
+    from trl_ada.core.advantages import memory_baseline_mismatch
 
     assert memory_baseline_mismatch(1, [0.0, 1.0, float("nan"), 1.0]) is None  # one 0/1 reward (NaN: unscorable)
     assert memory_baseline_mismatch(1) is None
@@ -220,7 +220,7 @@ def test_mismatch_is_named_for_several_functions_and_for_totals_other_than_0_and
 def test_trainer_warns_for_several_functions_at_once_and_for_other_totals_when_seen(
     toy_cold_dir, tmp_path, monkeypatch
 ):
-    from trl_ada import trainer as trainer_module
+    from trl_ada.adapter import trainer as trainer_module
 
     warnings = []
     monkeypatch.setattr(trainer_module.logger, "warning", warnings.append)

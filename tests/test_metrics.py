@@ -12,7 +12,7 @@ import torch
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 from trl.trainer.utils import nanstd
 
-from trl_ada.metrics import Moments, length_metrics, reward_metrics, reward_moments
+from trl_ada.core.metrics import Moments, length_metrics, reward_metrics, reward_moments
 
 # --------------------------------------------------------------------------------------------------------------------
 # Pure functions

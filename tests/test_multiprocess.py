@@ -77,7 +77,7 @@ def test_log_metric_counts_each_real_completion_once_and_no_padding_row(fixed_ro
 
 
 def test_two_processes_with_posterior_sized_rounds(toy_cold_dir, tmp_path):
-    from trl_ada.engine import Schedule, posterior_round_size
+    from trl_ada.core.engine import Schedule, posterior_round_size
 
     ranks = run_two_processes("mp_rounds.py", tmp_path, toy_cold_dir, "posterior")
     # Rank 1's prompts are never right: replay the sizing rule on all-negative counts (rank 0 resolves in round 1).

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 from test_multiprocess import run_two_processes
 
-from trl_ada.memory import prompt_key
+from trl_ada.core.memory import prompt_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

@@ -4,8 +4,8 @@ the staged checkpoint once both have written, and a resume from inside the batch
 import pytest
 from test_multiprocess import launch_two_processes, run_two_processes
 
-from trl_ada.checkpoints import CPU_RESUME_FIXED_IN
-from trl_ada.compat import TRANSFORMERS_VERSION
+from trl_ada.adapter.checkpoints import CPU_RESUME_FIXED_IN
+from trl_ada.adapter.compat import TRANSFORMERS_VERSION
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 # Older transformers load a two-process CPU run's optimizer state onto "cpu:0", which torch cannot restore.

@@ -1,5 +1,5 @@
-"""Oversample-Downsample-Correct (`trl_ada.advantages.odc_weights`): the expected weighted update, enumerated exactly
-for a one-parameter Bernoulli policy, against the gradient of each documented objective (from autograd).
+"""Oversample-Downsample-Correct (`trl_ada.core.advantages.odc_weights`): the expected weighted update, enumerated
+exactly for a one-parameter Bernoulli policy, against the gradient of each documented objective (from autograd).
 
 Policy: a prompt is answered correctly with probability p = sigmoid(theta); reward 1 if correct. A step draws a pool
 of N completions, keeps K of them and updates with (1/K) * sum_i A_i * d/dtheta log pi(y_i). Every pool outcome and
@@ -16,8 +16,8 @@ from itertools import combinations, product
 import pytest
 import torch
 
-from trl_ada.advantages import difficulty_weights, normalized_advantages, odc_weights
-from trl_ada.engine import Pool, downsample
+from trl_ada.core.advantages import difficulty_weights, normalized_advantages, odc_weights
+from trl_ada.core.engine import Pool, downsample
 
 POOL, KEPT = 6, 3
 
@@ -128,7 +128,7 @@ def expected_update_factor(p: float, pool_size: int, weighting: str, group_size:
     reward, grad p / p (right) or -grad p / (1 - p) (wrong), whatever selected it."""
     import itertools
 
-    from trl_ada.advantages import difficulty_weights, normalized_advantages
+    from trl_ada.core.advantages import difficulty_weights, normalized_advantages
 
     total = 0.0
     subsets = list(itertools.combinations(range(pool_size), group_size))
@@ -162,7 +162,7 @@ def test_pool_baseline_scales_each_prompt_by_n_minus_1_over_n(pool_size):
 
 def test_odc_weight_of_a_prompt_never_seen_is_the_cap_under_the_default_prior(tmp_path):
     from trl_ada import ReinforceAdaConfig
-    from trl_ada.advantages import odc_weights
+    from trl_ada.core.advantages import odc_weights
 
     config = ReinforceAdaConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4)
     prior = config.pass_rate_memory().p_hat("never seen")
@@ -243,7 +243,7 @@ def test_enumeration_of_one_uniform_round_gives_n_minus_1_over_n(tmp_path):
 def test_default_process_enumeration_matches_the_engine(tmp_path):
     """The enumeration above against the engine itself: 4000 prompts at p = 0.2 sampled by `engine.sample` with
     Bernoulli rewards, each kept group's update averaged; within 4 standard errors."""
-    from trl_ada.engine import RoundsBackend, sample
+    from trl_ada.core.engine import RoundsBackend, sample
 
     config, p = default_config(tmp_path), 0.2
     rng = random.Random(0)

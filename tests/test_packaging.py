@@ -15,7 +15,8 @@ import setuptools
 from setuptools.config.setupcfg import read_configuration
 
 import trl_ada
-from trl_ada import catalog, toy
+from trl_ada import toy
+from trl_ada.tools import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_CFG = ROOT / "setup.cfg"
@@ -131,7 +132,7 @@ def test_the_installed_wheel_trains_a_packaged_recipe_by_name_outside_the_checko
     def in_venv(*args):
         return run([*args], cwd=work, env=env).stdout
 
-    where = in_venv(str(python), "-c", "import trl_ada.catalog as c; print(c.__file__, c.recipes_dir())")
+    where = in_venv(str(python), "-c", "import trl_ada.tools.catalog as c; print(c.__file__, c.recipes_dir())")
     module, recipes = map(Path, where.split())
     assert module.is_relative_to(site) and recipes == site / "trl_ada" / "recipes"
     assert in_venv(trl_ada_cmd, "--version").strip() == f"trl-ada {trl_ada.__version__}"

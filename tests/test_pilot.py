@@ -16,9 +16,9 @@ from test_refill_engine import Script
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada.engine import Pilot, Pool, RoundsBackend, Schedule, downsample, sample
-from trl_ada.memory import PassRateMemory
-from trl_ada.selection import MIN_PROMPTS_TO_FIT, agreement_probability, fit_beta_prior, pilot_stop_rule
+from trl_ada.core.engine import Pilot, Pool, RoundsBackend, Schedule, downsample, sample
+from trl_ada.core.memory import PassRateMemory
+from trl_ada.core.selection import MIN_PROMPTS_TO_FIT, agreement_probability, fit_beta_prior, pilot_stop_rule
 
 GRPO_4 = Schedule.from_strategy("uniform", 4)
 

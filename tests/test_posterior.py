@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.engine import ExitRule, Schedule, posterior_round_size, sample_adaptively
+from trl_ada.core.engine import ExitRule, Schedule, posterior_round_size, sample_adaptively
 
 
 def log_beta(a: float, b: float) -> float:

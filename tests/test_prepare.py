@@ -10,9 +10,15 @@ import datasets
 import pytest
 import torch
 
-from trl_ada.datasets_io import DEFAULT_PROMPT_SUFFIX, DEFAULT_SYSTEM_PROMPT, build_prompt, load_problems, to_problems
-from trl_ada.generation import SamplingSettings, TransformersSampler
-from trl_ada.prepare import build_parser, main, parse_band, prepare, region
+from trl_ada.tools.datasets_io import (
+    DEFAULT_PROMPT_SUFFIX,
+    DEFAULT_SYSTEM_PROMPT,
+    build_prompt,
+    load_problems,
+    to_problems,
+)
+from trl_ada.tools.generation import SamplingSettings, TransformersSampler
+from trl_ada.tools.prepare import build_parser, main, parse_band, prepare, region
 
 # --------------------------------------------------------------------------------------------------------------------
 # Loaders
@@ -290,7 +296,7 @@ def test_vllm_branch_against_a_stand_in_engine(monkeypatch):
     import types
     from dataclasses import dataclass
 
-    from trl_ada.generation import load_sampler
+    from trl_ada.tools.generation import load_sampler
 
     @dataclass
     class SamplingParams:

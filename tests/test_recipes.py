@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_ada import ReinforceAdaConfig, catalog
-from trl_ada.rewards import resolve_reward
-from trl_ada.train import describe, parse_args
+from trl_ada import ReinforceAdaConfig
+from trl_ada.tools import catalog
+from trl_ada.tools.rewards import resolve_reward
+from trl_ada.tools.train import describe, parse_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning_catalog  # benchmarks/ is not a package
@@ -220,8 +221,8 @@ def documented_commands() -> list[tuple[str, list[str]]]:
 def test_documented_commands_parse(monkeypatch):
     """The commands in the docs use options that `trl-ada prepare`, `trl-ada eval` and `trl-ada train` accept."""
     monkeypatch.chdir(RECIPES_DIR.parent)  # the commands name recipes relative to the repository root
-    from trl_ada.evaluate import build_parser as eval_parser
-    from trl_ada.prepare import build_parser as prepare_parser
+    from trl_ada.tools.evaluate import build_parser as eval_parser
+    from trl_ada.tools.prepare import build_parser as prepare_parser
 
     commands = documented_commands()
     seen = defaultdict(int)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from test_engine_streaming import EventBackend, Outcomes
 
-from trl_ada.engine import RoundsBackend, Schedule, has_signal, sample
-from trl_ada.memory import PassRateMemory
-from trl_ada.prompt_stream import PromptStream, SidePrompts
-from trl_ada.selection import keep_probability, no_signal_probability
+from trl_ada.core.engine import RoundsBackend, Schedule, has_signal, sample
+from trl_ada.core.memory import PassRateMemory
+from trl_ada.core.prompt_stream import PromptStream, SidePrompts
+from trl_ada.core.selection import keep_probability, no_signal_probability
 
 # --------------------------------------------------------------------------------------------------------------------
 # The engine's refill, worked by hand

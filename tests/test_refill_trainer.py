@@ -10,7 +10,7 @@ from test_streaming_cb import SMALL_CACHE
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada.prompt_stream import STREAM_STATE_FILE
+from trl_ada.core.prompt_stream import STREAM_STATE_FILE
 
 pytestmark = pytest.mark.slow
 

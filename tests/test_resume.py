@@ -17,11 +17,11 @@ import pytest
 import torch
 from transformers.trainer_utils import get_last_checkpoint
 
-from trl_ada import checkpoints
-from trl_ada.checkpoints import GENERATION_BATCH_FILE
-from trl_ada.memory import STATE_FILE
-from trl_ada.prompt_stream import STREAM_STATE_FILE
-from trl_ada.trainer import ReinforceAdaTrainer
+from trl_ada.adapter import checkpoints
+from trl_ada.adapter.checkpoints import GENERATION_BATCH_FILE
+from trl_ada.adapter.trainer import ReinforceAdaTrainer
+from trl_ada.core.memory import STATE_FILE
+from trl_ada.core.prompt_stream import STREAM_STATE_FILE
 
 TIMEOUT = 240  # seconds, per run
 

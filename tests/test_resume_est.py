@@ -8,9 +8,9 @@ import pytest
 from test_trainer import keyed_dataset, make_trainer
 from transformers import TrainerCallback
 
-import trl_ada.allocation
-from trl_ada.allocation import allocate
-from trl_ada.memory import STATE_FILE
+import trl_ada.core.allocation
+from trl_ada.core.allocation import allocate
+from trl_ada.core.memory import STATE_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def run(model_dir, out_dir, monkeypatch, resume=None, stop_at=None):
         made.append((list(p_hat), sizes))
         return sizes
 
-    monkeypatch.setattr(trl_ada.allocation, "allocate", recording_allocate)
+    monkeypatch.setattr(trl_ada.core.allocation, "allocate", recording_allocate)
     trainer = make_trainer(
         model_dir,
         out_dir,

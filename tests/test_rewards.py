@@ -4,7 +4,15 @@ import math
 
 import pytest
 
-from trl_ada.rewards import REWARDS, grade_math, last_boxed, math_reward, resolve_reward, score_groups, toy_reward
+from trl_ada.tools.rewards import (
+    REWARDS,
+    grade_math,
+    last_boxed,
+    math_reward,
+    resolve_reward,
+    score_groups,
+    toy_reward,
+)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +73,7 @@ def test_resolve_reward_by_name_and_path():
     assert resolve_reward("math") is math_reward
     assert resolve_reward("toy") is toy_reward
     assert set(REWARDS) >= {"math", "toy"}
-    assert resolve_reward("trl_ada.rewards.math_reward") is math_reward
+    assert resolve_reward("trl_ada.tools.rewards.math_reward") is math_reward
     with pytest.raises(ValueError, match="Unknown reward function 'nope'"):
         resolve_reward("nope")
 

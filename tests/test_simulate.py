@@ -1,4 +1,5 @@
-"""The budget simulator (`trl_ada.simulate`) against closed forms, with 5-standard-error bounds where it samples."""
+"""The budget simulator (`trl_ada.tools.simulate`) against closed forms, with 5-standard-error bounds where it
+samples."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from trl_ada.engine import Schedule
-from trl_ada.simulate import (
+from trl_ada.core.engine import Schedule
+from trl_ada.tools.simulate import (
     PassRates,
     Strategy,
     default_strategies,

@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-import trl_ada.simulate
-from trl_ada.allocation import allocate
-from trl_ada.engine import Pool, Request, Schedule, downsample, sample_adaptively
-from trl_ada.simulate import Estimate, PassRates, Strategy, default_strategies, main, simulate
+import trl_ada.tools.simulate
+from trl_ada.core.allocation import allocate
+from trl_ada.core.engine import Pool, Request, Schedule, downsample, sample_adaptively
+from trl_ada.tools.simulate import Estimate, PassRates, Strategy, default_strategies, main, simulate
 
 
 def est(mean=8, lo=4, hi=32, rule="inv_sqrt_p", **kwargs):
@@ -47,7 +47,7 @@ def test_est_signal_matches_its_allocation(monkeypatch):
         sizes.extend(result := allocate(*args, **kwargs))
         return result
 
-    monkeypatch.setattr(trl_ada.simulate, "allocate", recording_allocate)
+    monkeypatch.setattr(trl_ada.tools.simulate, "allocate", recording_allocate)
     p, visits = 0.3, 1000 * 4
     (outcome,) = simulate(PassRates.empirical([p]), [est(mean=6, lo=4, hi=12)], 1000, 50, seed=3, epochs=4)
     assert len(sizes) == visits and len(set(sizes)) > 3

@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from trl_ada.backends.rounds import sample_in_rounds
-from trl_ada.compat import GenerationOutput
-from trl_ada.engine import Schedule
-from trl_ada.step_io import Collectives, StepIO
+from trl_ada.adapter.backends.rounds import sample_in_rounds
+from trl_ada.adapter.compat import GenerationOutput
+from trl_ada.adapter.step_io import Collectives, StepIO
+from trl_ada.core.engine import Schedule
 
 EOS = 9
 

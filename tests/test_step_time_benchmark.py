@@ -13,7 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks
 import step_time
 from step_time import BALANCED, BALANCED_POSTERIOR, EmulatedEngine, Lengths, Method, Regime, Workload, run
 
-from trl_ada.engine import Draw, Schedule
+from trl_ada.core.engine import Draw, Schedule
 
 T0, C = 0.012, 2e-5
 REGIME = Regime("test", c=C, t0=T0)

@@ -23,9 +23,9 @@ from step_time_vllm import (
     summarise,
 )
 
-from trl_ada.backends.base import Completion
-from trl_ada.engine import Finished, Schedule, sample
-from trl_ada.rewards import toy_reward
+from trl_ada.adapter.backends.base import Completion
+from trl_ada.core.engine import Finished, Schedule, sample
+from trl_ada.tools.rewards import toy_reward
 
 
 def test_parse_args_defaults_and_errors():

@@ -9,11 +9,11 @@ import torch
 from test_trainer import ada_logs, bernoulli_reward, keyed_dataset, make_trainer
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-import trl_ada.backends.streaming as streaming_module
+import trl_ada.adapter.backends.streaming as streaming_module
 from trl_ada import ReinforceAdaConfig
-from trl_ada.backends.continuous_batching import ContinuousBatchingBackend
-from trl_ada.compat import continuous_batching_cache
-from trl_ada.engine import Schedule, expected_remaining_draws
+from trl_ada.adapter.backends.continuous_batching import ContinuousBatchingBackend
+from trl_ada.adapter.compat import continuous_batching_cache
+from trl_ada.core.engine import Schedule, expected_remaining_draws
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +207,7 @@ def test_streaming_needs_an_engine_that_streams():
 def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp_path, monkeypatch):
     """A reward that raises while streaming: the backend is closed (nothing left running) and the step fails with
     the same error as under rounds, naming the function and the prompt."""
-    from trl_ada.checks import RewardFunctionError
+    from trl_ada.adapter.checks import RewardFunctionError
 
     def broken(completions, key, **kwargs):
         if "b" in key:
@@ -216,7 +216,7 @@ def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp
 
     closed = []
     trainer = streaming_trainer(toy_cold_dir, tmp_path, broken, "ab", max_steps=1)
-    import trl_ada.trainer as trainer_module
+    import trl_ada.adapter.trainer as trainer_module
 
     open_backend = trainer_module.open_streaming_engine
 
@@ -236,10 +236,10 @@ def test_a_failing_reward_stops_the_step_with_the_prompt_named(toy_cold_dir, tmp
 
 
 def test_the_benchmark_counter_counts_every_token_the_engine_generated(toy_cold_dir, tmp_path, monkeypatch):
-    """`trl_ada.demo.count_generated_tokens` under streaming: every finished request the manager returned counts
+    """`trl_ada.tools.demo.count_generated_tokens` under streaming: every finished request the manager returned counts
     (kept in a pool or dropped after its prompt stopped) as a completion unless it was an aborted draw let finish
     there, and cancelled ones add what they had generated."""
-    from trl_ada.demo import count_generated_tokens
+    from trl_ada.tools.demo import count_generated_tokens
 
     spy = CancelSpy(monkeypatch)
     trainer = never_always_coin_trainer(toy_cold_dir, tmp_path, sampling_strategy="positive")

@@ -1,6 +1,6 @@
-"""Streaming in vLLM server mode (`trl_ada.backends.vllm_server`) against a stand-in server (`standin_vllm_server`):
-the backend on its own (event format, aborts, retries, timeouts), then real `trainer.train()` runs on the toy model
-on one and two processes."""
+"""Streaming in vLLM server mode (`trl_ada.adapter.backends.vllm_server`) against a stand-in server
+(`standin_vllm_server`): the backend on its own (event format, aborts, retries, timeouts), then real `trainer.train()`
+runs on the toy model on one and two processes."""
 
 import functools
 import importlib
@@ -18,14 +18,14 @@ from test_multiprocess import launch_two_processes, rank_outputs
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaTrainer
-from trl_ada.backends.vllm_server import (
+from trl_ada.adapter.backends.vllm_server import (
     KEEPALIVE_SECONDS,
     VLLMServerBackend,
     VLLMServerError,
     parse_event,
     sampling_payload,
 )
-from trl_ada.engine import Draw
+from trl_ada.core.engine import Draw
 
 EOS = 2  # the toy tokenizer's <|im_end|>
 RIGHT = 40  # a completion is right when it starts with this token
@@ -88,7 +88,7 @@ class ClientRecord:
     many events were still in transit when a request was aborted."""
 
     def __init__(self, monkeypatch):
-        from trl_ada.backends import vllm_server
+        from trl_ada.adapter.backends import vllm_server
 
         self.parsed: dict[str, list[int]] = {}
         self.returned: set[str] = set()
@@ -464,15 +464,15 @@ def test_training_steps_under_each_rule_and_sizing(toy_cold_dir, tmp_path, strat
 
 
 def streaming_sample_caller():
-    """The module whose `sample` (trl_ada.engine's) the trainer's streaming schedule calls."""
-    for name in ("trl_ada.backends.streaming", "trl_ada.trainer"):
+    """The module whose `sample` (trl_ada.core.engine's) the trainer's streaming schedule calls."""
+    for name in ("trl_ada.adapter.backends.streaming", "trl_ada.adapter.trainer"):
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
         if hasattr(module, "sample"):
             return module
-    raise AssertionError("No module of the trainer's streaming imports trl_ada.engine.sample.")
+    raise AssertionError("No module of the trainer's streaming imports trl_ada.core.engine.sample.")
 
 
 def sequential_pass_rate(p: float, group_size: int, budget: int, min_pos: int, min_neg: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
 from trl_ada import ReinforceAdaTrainer
-from trl_ada.compat import prepare_rollouts
+from trl_ada.adapter.compat import prepare_rollouts
 
 pytestmark = pytest.mark.slow
 

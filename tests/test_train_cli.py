@@ -20,11 +20,11 @@ import pytest
 import torch
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig
 
-from trl_ada import cli
-from trl_ada.config import ReinforceAdaConfig
-from trl_ada.model_names import HUB_CHECK_SECONDS
-from trl_ada.reproducible import PINNED_ENV
-from trl_ada.train import (
+from trl_ada.adapter.config import ReinforceAdaConfig
+from trl_ada.adapter.model_names import HUB_CHECK_SECONDS
+from trl_ada.tools import cli
+from trl_ada.tools.reproducible import PINNED_ENV
+from trl_ada.tools.train import (
     LOG_COLUMNS,
     TOY_SPLIT_SIZES,
     TrainScriptArguments,
@@ -315,7 +315,7 @@ def test_a_reward_function_without_kwargs_is_one_line_before_any_model_loads(
 
 @pytest.mark.parametrize("entry", ["train.main", "cli.main"])
 def test_bare_train_says_what_is_missing_and_points_to_the_toy_recipe(entry, capsys):
-    from trl_ada.catalog import resolve_config
+    from trl_ada.tools.catalog import resolve_config
 
     argv = [] if entry == "train.main" else ["train"]
     assert (main if entry == "train.main" else cli.main)(argv) == 2
@@ -638,7 +638,7 @@ def train_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     """``trl-ada train`` as a terminal would start it. A suite started in the background (`make test &` in a shell
     without job control) runs with SIGINT ignored, which a child inherits, and a Python started that way never turns
     Ctrl-C into KeyboardInterrupt: reset it in the child."""
-    command = [sys.executable, "-m", "trl_ada.cli", "train", *argv]
+    command = [sys.executable, "-m", "trl_ada.tools.cli", "train", *argv]
     return subprocess.Popen(
         command,
         env=env,
@@ -681,7 +681,7 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_command_that_resumes_it(tmp_pa
     # The command resumes: run it (with this checkout's module for `trl-ada`) one step further.
     step = int(match.group(2))
     resumed = subprocess.run(
-        [sys.executable, "-m", "trl_ada.cli", *command[1:], "--max_steps", str(step + 1)],
+        [sys.executable, "-m", "trl_ada.tools.cli", *command[1:], "--max_steps", str(step + 1)],
         env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -724,7 +724,7 @@ def test_recipes_readme_example_is_what_the_documented_command_prints(tmp_path):
     """The documented command, pinned as the README says (only --output_dir added): the same lines, character for
     character, and the 100-step summary the README gives, from the run's trainer_state.json."""
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "trl_ada.cli", "train", "--config", "toy-cpu", "--output_dir", str(out)]
+    command = [sys.executable, "-m", "trl_ada.tools.cli", "train", "--config", "toy-cpu", "--output_dir", str(out)]
     env = {**os.environ, **PINNED_ENV, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -425,7 +425,7 @@ def test_rejects_a_plain_grpo_config(toy_cold_dir, tmp_path):
 
 
 def test_rows_must_hold_whole_prompt_groups():
-    from trl_ada.trainer import _group_starts
+    from trl_ada.adapter.trainer import _group_starts
 
     prompt = [{"role": "user", "content": "1+1"}]
     other = [{"role": "user", "content": "2+2"}]
@@ -448,7 +448,7 @@ POSTERIOR_SCRIPT = {
 
 
 def test_posterior_round_sizes_reach_generation_and_tokens_are_counted(toy_cold_dir, tmp_path, monkeypatch):
-    from trl_ada.engine import posterior_round_size
+    from trl_ada.core.engine import posterior_round_size
 
     calls = []
     parent = GRPOTrainer._generate
@@ -611,7 +611,7 @@ def test_normalize_then_sum_uses_pool_statistics_per_function(toy_cold_dir, tmp_
 def test_truncated_completions_count_as_neither_when_masked(toy_cold_dir, tmp_path, monkeypatch, mask):
     """With mask_truncated_completions=True GRPOTrainer masks truncated completions out of the loss; the exit rule,
     the pass rate and the pool baseline leave them out too (otherwise a prompt could stop on masked negatives)."""
-    import trl_ada.trainer as trainer_module
+    import trl_ada.adapter.trainer as trainer_module
 
     captured = []
     original = trainer_module.sample_in_rounds

@@ -8,7 +8,7 @@ from test_trainer import keyed_dataset, logged_key, make_trainer
 from transformers import HfArgumentParser
 
 from trl_ada import ReinforceAdaConfig
-from trl_ada.memory import prompt_key, prompt_text_key
+from trl_ada.core.memory import prompt_key, prompt_text_key
 
 
 def alternating_script():

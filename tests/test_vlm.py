@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
 from trl_ada import ReinforceAdaConfig, ReinforceAdaTrainer
-from trl_ada.memory import prompt_text_key
+from trl_ada.core.memory import prompt_text_key
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,8 @@
 """Reinforce-Ada adaptive sampling for TRL's GRPOTrainer.
 
 `ReinforceAdaConfig` and `ReinforceAdaTrainer` import TRL (several seconds), so they load on first use; the
-model-free engine (`trl_ada.engine`, `trl_ada.advantages`) imports without it.
+model-free core (`trl_ada.core`: the engine, the estimators) imports without it. The package's layers:
+docs/architecture.md.
 """
 
 from typing import TYPE_CHECKING
@@ -10,17 +11,17 @@ __version__ = "0.1.0"
 __all__ = ["ReinforceAdaConfig", "ReinforceAdaTrainer"]
 
 if TYPE_CHECKING:
-    from .config import ReinforceAdaConfig
-    from .trainer import ReinforceAdaTrainer
+    from .adapter.config import ReinforceAdaConfig
+    from .adapter.trainer import ReinforceAdaTrainer
 
 
 def __getattr__(name: str):
     if name == "ReinforceAdaConfig":
-        from .config import ReinforceAdaConfig
+        from .adapter.config import ReinforceAdaConfig
 
         return ReinforceAdaConfig
     if name == "ReinforceAdaTrainer":
-        from .trainer import ReinforceAdaTrainer
+        from .adapter.trainer import ReinforceAdaTrainer
 
         return ReinforceAdaTrainer
     raise AttributeError(f"module 'trl_ada' has no attribute {name!r}")

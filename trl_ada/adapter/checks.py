@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import is_async_callable
 
-from .engine import ExitRule
+from ..core.engine import ExitRule
 
 # Keyword arguments GRPOTrainer passes to every reward function besides the dataset columns.
 TRAINER_REWARD_KWARGS = frozenset(

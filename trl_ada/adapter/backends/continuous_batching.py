@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Draw, Finished
+from ...core.engine import Draw, Finished
 from .base import TokenBackend
 
 POLL_SECONDS = 1.0  # how often `wait` checks that the generation thread is still alive

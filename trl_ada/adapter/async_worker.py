@@ -93,18 +93,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl.trainer.utils import is_async_callable
 
-from .advantages import pool_advantages, total_reward
-from .checks import refill_filter_column
-from .config import (
-    ReinforceAdaConfig,
-    _check_exit_and_budget,
-    _check_odc_downsample,
-    _check_pilot,
-    _check_prompt_source,
-    pass_rate_memory,
-    sampling_schedule,
-)
-from .engine import (
+from ..core.advantages import pool_advantages, total_reward
+from ..core.engine import (
     Draw,
     ExitRule,
     Finished,
@@ -117,9 +107,19 @@ from .engine import (
     has_signal,
     streaming_session,
 )
-from .memory import PassRateMemory, memory_key, memory_updates
-from .prompt_stream import SidePrompts
-from .selection import keep_probability, pilot_stop_rule
+from ..core.memory import PassRateMemory, memory_key, memory_updates
+from ..core.prompt_stream import SidePrompts
+from ..core.selection import keep_probability, pilot_stop_rule
+from .checks import refill_filter_column
+from .config import (
+    ReinforceAdaConfig,
+    _check_exit_and_budget,
+    _check_odc_downsample,
+    _check_pilot,
+    _check_prompt_source,
+    pass_rate_memory,
+    sampling_schedule,
+)
 
 # The TRL releases whose asynchronous GRPO worker was read and tested (`make test-compat`). Kept apart from
 # `trl_ada.compat.SUPPORTED_TRL`: `trl.experimental` may change in a release whose GRPOTrainer does not.
@@ -129,7 +129,7 @@ SUPPORTED_ASYNC_TRL = SpecifierSet(_ASYNC_TRL_RANGE)
 
 def _unsupported_trl(installed: str) -> str:
     return (
-        f"trl_ada.async_worker supports TRL {_ASYNC_TRL_RANGE} (trl.experimental.async_grpo as read in those "
+        f"trl_ada.adapter.async_worker supports TRL {_ASYNC_TRL_RANGE} (trl.experimental.async_grpo as read in those "
         f"releases), and TRL {installed} is installed: its private rollout-loop seams may differ. Install a "
         f"supported TRL (pip install 'trl{_ASYNC_TRL_RANGE}')."
     )

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ..advantages import total_reward
+from ...core.advantages import total_reward
+from ...core.engine import Pilot, RefillFn, Request, RoundsBackend, SamplingResult, sample
 from ..compat import GenerationOutput
-from ..engine import Pilot, RefillFn, Request, RoundsBackend, SamplingResult, sample
 from ..step_io import Collectives, StepIO
 
 

@@ -22,21 +22,19 @@ EXIT_USAGE = 2  # what argparse itself exits with on a bad flag
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 SUBCOMMANDS = {
-    "train": ("trl_ada.train", "train with ReinforceAdaTrainer from a YAML recipe (file or packaged name) and flags"),
-    "recipes": ("trl_ada.catalog", "list the packaged recipes and accelerate configs; print one's path or contents"),
-    "prepare": ("trl_ada.prepare", "build a training set: prompt template, pass-rate estimate, difficulty band"),
-    "eval": ("trl_ada.evaluate", "avg@k accuracy on math benchmarks, written as JSON and a Markdown table"),
-    "simulate": ("trl_ada.simulate", "budget simulator: samples, rounds and signal per strategy, no model"),
-    "demo": ("trl_ada.demo", "GRPO vs Reinforce-Ada on the built-in toy task, on CPU, reproducible bit for bit"),
+    "train": (
+        "trl_ada.tools.train",
+        "train with ReinforceAdaTrainer from a YAML recipe (file or packaged name) and flags",
+    ),
+    "recipes": (
+        "trl_ada.tools.catalog",
+        "list the packaged recipes and accelerate configs; print one's path or contents",
+    ),
+    "prepare": ("trl_ada.tools.prepare", "build a training set: prompt template, pass-rate estimate, difficulty band"),
+    "eval": ("trl_ada.tools.evaluate", "avg@k accuracy on math benchmarks, written as JSON and a Markdown table"),
+    "simulate": ("trl_ada.tools.simulate", "budget simulator: samples, rounds and signal per strategy, no model"),
+    "demo": ("trl_ada.tools.demo", "GRPO vs Reinforce-Ada on the built-in toy task, on CPU, reproducible bit for bit"),
 }
-
-
-class UsageError(ValueError):
-    """Input the user can fix on the command line; reported as one message, without a traceback, exit code 2."""
-
-
-class RunError(RuntimeError):
-    """A well-formed command that cannot run here (no network, a model that does not load); one message, exit 1."""
 
 
 def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -77,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return EXIT_OK
     if argv[0] in ("-V", "--version"):
-        from . import __version__
+        from .. import __version__
 
         print(f"trl-ada {__version__}")
         return EXIT_OK

@@ -80,7 +80,7 @@ def math_reward(
 
 def toy_reward(completions: Sequence[Any], answer: Sequence[str | int], **kwargs: Any) -> list[float]:
     """The toy arithmetic task's reward (1.0 when the last integer in the completion is the answer)."""
-    from .toy import arithmetic_reward
+    from ..toy import arithmetic_reward
 
     return arithmetic_reward(completions, answer, **kwargs)
 

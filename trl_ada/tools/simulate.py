@@ -41,11 +41,21 @@ from pathlib import Path
 
 import numpy as np
 
-from .allocation import ALLOCATION_RULES, allocate
+from ..core.allocation import ALLOCATION_RULES, allocate
+from ..core.engine import (
+    ExitRule,
+    Pool,
+    Request,
+    RoundsBackend,
+    Schedule,
+    Tally,
+    downsample,
+    sample,
+    sample_adaptively,
+)
+from ..core.memory import PassRateMemory
+from ..core.prompt_stream import PromptStream, SidePrompts
 from .cli import EXIT_USAGE, show_defaults
-from .engine import ExitRule, Pool, Request, RoundsBackend, Schedule, Tally, downsample, sample, sample_adaptively
-from .memory import PassRateMemory
-from .prompt_stream import PromptStream, SidePrompts
 
 Draw = Callable[[np.random.Generator, int], np.ndarray]
 

@@ -29,7 +29,7 @@ class RecipeNotFound(LookupError):
 
 def recipes_dir() -> pathlib.Path:
     """The folder holding the recipes: ``trl_ada/recipes`` in an installed wheel, else the checkout's ``recipes/``."""
-    package = pathlib.Path(__file__).resolve().parent
+    package = pathlib.Path(__file__).resolve().parent.parent  # trl_ada/, above this module's tools/
     for candidate in (package / "recipes", package.parent / "recipes"):
         if (candidate / "toy-cpu.yaml").is_file():
             return candidate

@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .cli import EXIT_FAILURE, EXIT_USAGE, RunError, UsageError, show_defaults
+from ..adapter.errors import RunError, UsageError
+from ..adapter.model_names import check_model_name
+from .cli import EXIT_FAILURE, EXIT_USAGE, show_defaults
 from .datasets_io import Problem, add_template_arguments, build_prompt, load_problems, template_from_args
 from .generation import Sampler, SamplingSettings, add_generation_arguments, sampler_from_args
-from .model_names import check_model_name
 from .rewards import RewardFunc, resolve_reward, score_groups
 
 BANDS: dict[str, tuple[float, float]] = {"hard": (0.0, 0.125), "easy": (0.0, 0.313)}

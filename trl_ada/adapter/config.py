@@ -9,12 +9,12 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from .advantages import WEIGHTINGS
-from .allocation import ALLOCATION_RULES
-from .engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
-from .hints import budget_hint
-from .memory import PassRateMemory
-from .selection import PROMPT_SELECTIONS
+from ..core.advantages import WEIGHTINGS
+from ..core.allocation import ALLOCATION_RULES
+from ..core.engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from ..core.hints import budget_hint
+from ..core.memory import PassRateMemory
+from ..core.selection import PROMPT_SELECTIONS
 
 BASELINES = ("pool", "group", "memory")
 SAMPLING_STRATEGIES = (*STRATEGIES, "estimate")
@@ -432,12 +432,12 @@ def pass_rate_memory(settings: Any) -> PassRateMemory:
 
 
 def warn_unless_ada_trainer(trainer: object) -> None:
-    """Warn when `trainer` is a transformers Trainer (GRPOTrainer, say) but not a `ReinforceAdaTrainer`."""
+    """Warn when `trainer` is a transformers Trainer (GRPOTrainer, say) but not a `ReinforceAdaTrainer`. The class
+    is recognised by name along the trainer's class hierarchy: the trainer module imports this one, not the reverse."""
     from transformers import Trainer
 
-    from .trainer import ReinforceAdaTrainer  # here: the trainer module imports this one
-
-    if isinstance(trainer, Trainer) and not isinstance(trainer, ReinforceAdaTrainer):
+    is_ada = any(cls.__name__ == "ReinforceAdaTrainer" for cls in type(trainer).__mro__)
+    if isinstance(trainer, Trainer) and not is_ada:
         warnings.warn(
             f"A ReinforceAdaConfig was passed to {type(trainer).__name__}, which ignores every Reinforce-Ada setting "
             "and trains with its own sampling. Use trl_ada.ReinforceAdaTrainer with it for adaptive sampling.",

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..advantages import total_reward
+from ...core.advantages import total_reward
+from ...core.engine import Pilot, RefillFn, Request, SamplingResult, sample
 from ..compat import GenerationOutput
-from ..engine import Pilot, RefillFn, Request, SamplingResult, sample
 from ..step_io import StepIO
 from .base import TokenBackend
 

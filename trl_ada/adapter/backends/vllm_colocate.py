@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..engine import Draw, Finished
+from ...core.engine import Draw, Finished
 from .base import TokenBackend
 
 

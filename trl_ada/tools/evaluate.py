@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cli import EXIT_FAILURE, EXIT_USAGE, RunError, UsageError, show_defaults
+from ..adapter.errors import RunError, UsageError
+from ..adapter.model_names import check_model_name
+from .cli import EXIT_FAILURE, EXIT_USAGE, show_defaults
 from .datasets_io import Problem, add_template_arguments, build_prompt, load_problems, template_from_args
 from .generation import Sampler, add_generation_arguments, sampler_from_args
-from .model_names import check_model_name
 from .rewards import resolve_reward, score_groups
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..engine import Draw, Finished
+from ...core.engine import Draw, Finished
 
 
 @dataclass

@@ -22,9 +22,9 @@ import torch
 from accelerate.utils import gather, gather_object
 
 if TYPE_CHECKING:
+    from ..core.engine import Pool, Schedule, SignalFn
     from .backends.base import TokenBackend
     from .compat import GenerationOutput
-    from .engine import Pool, Schedule, SignalFn
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import pathlib
 import sys
 
-from .cli import RunError, UsageError
+from .errors import RunError, UsageError
 
 HUB_CHECK_SECONDS = 5.0  # how long the Hub gets to answer before it counts as unreachable
 

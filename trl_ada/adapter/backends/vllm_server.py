@@ -33,7 +33,7 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..engine import Draw, Finished
+from ...core.engine import Draw, Finished
 from .base import TokenBackend
 
 logger = logging.get_logger(__name__)

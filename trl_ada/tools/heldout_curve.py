@@ -19,8 +19,8 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
+from ..toy import sample_completions, toy_task
 from .heldout import LABEL_COLUMNS, accuracy_by_label, mean_token_entropy
-from .toy import sample_completions, toy_task
 
 # The held-out entropy is taken over each prompt's first few samples: over all 32 of the rules task's, its forward
 # passes took most of a run's time, and a mean over 1,024 completions of ~20 tokens is already precise.

@@ -18,8 +18,27 @@ from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .advantages import advantage_options, memory_baseline_mismatch, pool_advantages, total_reward
-from .allocation import allocate_step
+from ..core.advantages import advantage_options, memory_baseline_mismatch, pool_advantages, total_reward
+from ..core.allocation import allocate_step
+from ..core.engine import Pilot, SamplingResult, downsample
+from ..core.memory import memory_key, memory_updates
+from ..core.metrics import (
+    LENGTH_METRICS,
+    TOOL_METRICS,
+    Moments,
+    StepCounts,
+    length_metrics,
+    log_step,
+    metric_marks,
+    pop_columns,
+    replace_since,
+    reward_moments,
+    shown_counters,
+    signal_metrics,
+    tool_metrics,
+)
+from ..core.prompt_stream import SidePrompts, retarget_rows, save_stream_states
+from ..core.selection import pilot_stop_rule
 from .backends.rounds import Rollouts, sample_in_rounds
 from .backends.streaming import Streamed, sample_streaming
 from .checkpoints import (
@@ -58,26 +77,7 @@ from .compat import (
     rollout_state_kept,
 )
 from .config import ReinforceAdaConfig
-from .engine import Pilot, SamplingResult, downsample
-from .memory import memory_key, memory_updates
-from .metrics import (
-    LENGTH_METRICS,
-    TOOL_METRICS,
-    Moments,
-    StepCounts,
-    length_metrics,
-    log_step,
-    metric_marks,
-    pop_columns,
-    replace_since,
-    reward_moments,
-    shown_counters,
-    signal_metrics,
-    tool_metrics,
-)
 from .model_names import check_model_name
-from .prompt_stream import SidePrompts, retarget_rows, save_stream_states
-from .selection import pilot_stop_rule
 from .step_io import Collectives, StepIO
 
 logger = logging.get_logger(__name__)

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from .hints import did_you_mean
+from ..core.hints import did_you_mean
 
 HELP = "check the spelling (`trl-ada train --help`)."
 
