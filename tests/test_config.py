@@ -231,7 +231,7 @@ def test_every_numeric_field_the_config_adds_is_type_checked():
     from trl import GRPOConfig
 
     from trl_ada import ReinforceAdaConfig
-    from trl_ada.adapter.config import _TYPED_FIELDS
+    from trl_ada.adapter.config_validation import _TYPED_FIELDS
 
     grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
     added = [f for f in dataclasses.fields(ReinforceAdaConfig) if f.name not in grpo]

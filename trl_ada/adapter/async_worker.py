@@ -111,15 +111,9 @@ from ..core.memory import PassRateMemory, memory_key, memory_updates
 from ..core.prompt_stream import SidePrompts
 from ..core.selection import keep_probability, pilot_stop_rule
 from .checks import refill_filter_column
-from .config import (
-    ReinforceAdaConfig,
-    _check_exit_and_budget,
-    _check_odc_downsample,
-    _check_pilot,
-    _check_prompt_source,
-    pass_rate_memory,
-    sampling_schedule,
-)
+from .config import ReinforceAdaConfig
+from .config_fields import pass_rate_memory, sampling_schedule
+from .config_validation import _check_exit_and_budget, _check_odc_downsample, _check_pilot, _check_prompt_source
 
 # The TRL releases whose asynchronous GRPO worker was read and tested (`make test-compat`). Kept apart from
 # `trl_ada.compat.SUPPORTED_TRL`: `trl.experimental` may change in a release whose GRPOTrainer does not.

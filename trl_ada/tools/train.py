@@ -49,6 +49,7 @@ from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, 
 
 from ..adapter.checks import missing_prompt_column_message, reward_columns_message, reward_signature_message
 from ..adapter.config import ReinforceAdaConfig
+from ..adapter.config_fields import ReinforceAdaFields
 from ..adapter.errors import RunError, UsageError
 from ..adapter.model_names import check_model_name, nearby
 from .catalog import RecipeNotFound, resolve_config
@@ -131,7 +132,7 @@ HELP_GROUPS: tuple[tuple[type, str, str], ...] = (
 
 
 def own_fields(dataclass_type: type) -> list[str]:
-    """The fields a dataclass declares itself (for ReinforceAdaConfig: the sampling fields, not GRPOConfig's)."""
+    """The fields a dataclass declares itself (for ReinforceAdaFields: the sampling fields, not GRPOConfig's)."""
     return list(vars(dataclass_type).get("__annotations__", {}))
 
 
@@ -145,7 +146,7 @@ def _group_help(parser: TrainParser) -> None:
 
     Only the help changes: parsing reads ``parser._actions``, which keeps every flag whatever its heading.
     """
-    ada = set(own_fields(ReinforceAdaConfig))
+    ada = set(own_fields(ReinforceAdaFields))
     owners = {name: index for index, (dtype, _, _) in enumerate(HELP_GROUPS) for name in dataclass_field_names(dtype)}
     for name in ada:
         owners[name] = 0  # scale_rewards is GRPOConfig's too: listed with Ada's, whose default ("none") it changes
@@ -158,7 +159,7 @@ def _group_help(parser: TrainParser) -> None:
         else:
             groups[index]._group_actions.append(action)
     parser._optionals._group_actions[:] = remaining
-    order = {name: position for position, name in enumerate(own_fields(ReinforceAdaConfig))}
+    order = {name: position for position, name in enumerate(own_fields(ReinforceAdaFields))}
     groups[0]._group_actions.sort(key=lambda action: order[action.dest])  # as the class declares them
     parser._action_groups[:] = [parser._optionals, *groups]  # no positional arguments to list
 
