@@ -7,7 +7,7 @@ import pytest
 from trl_ada.adapter.errors import UsageError
 from trl_ada.tools import catalog, cli
 from trl_ada.tools.catalog import RecipeNotFound, find, names, resolve_config
-from trl_ada.tools.train import parse_args
+from trl_ada.tools.train_args import parse_args
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 ALL_YAML = sorted(p.relative_to(RECIPES_DIR).with_suffix("").as_posix() for p in RECIPES_DIR.rglob("*.yaml"))

@@ -16,7 +16,8 @@ import yaml
 from trl_ada import ReinforceAdaConfig
 from trl_ada.tools import catalog
 from trl_ada.tools.rewards import resolve_reward
-from trl_ada.tools.train import describe, parse_args
+from trl_ada.tools.train import describe
+from trl_ada.tools.train_args import parse_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning_catalog  # benchmarks/ is not a package

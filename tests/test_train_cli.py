@@ -21,26 +21,22 @@ import torch
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig
 
 from trl_ada.adapter.config import ReinforceAdaConfig
+from trl_ada.adapter.errors import UsageError
 from trl_ada.adapter.model_names import HUB_CHECK_SECONDS
 from trl_ada.tools import cli
 from trl_ada.tools.reproducible import PINNED_ENV
 from trl_ada.tools.train import (
     LOG_COLUMNS,
-    TOY_SPLIT_SIZES,
-    TrainScriptArguments,
-    UsageError,
-    check_precision,
     describe,
     interrupted_message,
-    load_data,
     log_header,
     log_line,
     main,
-    parse_args,
-    resolve_model,
     resolve_resume,
     without_resume,
 )
+from trl_ada.tools.train_args import TrainScriptArguments, check_precision, parse_args
+from trl_ada.tools.train_data import TOY_SPLIT_SIZES, load_data, resolve_model
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO / "recipes"

@@ -201,7 +201,7 @@ def _start_server(model: str, args: argparse.Namespace) -> subprocess.Popen:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from ..adapter.async_worker import AdaRolloutWorker
-    from .train import load_data, load_rewards
+    from .train_data import load_data, load_rewards
 
     try:
         recipe = load_recipe(args.config)
