@@ -20,7 +20,9 @@ import time
 from sampler_efficiency import fit_beta
 
 from trl_ada.core.engine import Schedule
-from trl_ada.tools.simulate import PassRates, Strategy, format_table, parse_pass_rates, simulate
+from trl_ada.tools.simulate import simulate
+from trl_ada.tools.simulate_report import format_table
+from trl_ada.tools.simulate_setup import PassRates, Strategy, parse_pass_rates
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 FLOORS = (0.05, 0.1, 0.2)

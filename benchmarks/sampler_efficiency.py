@@ -25,16 +25,9 @@ import time
 from dataclasses import replace
 
 from trl_ada.core.engine import Schedule
-from trl_ada.tools.simulate import (
-    Estimate,
-    PassRates,
-    Strategy,
-    default_strategies,
-    draw,
-    format_table,
-    parse_pass_rates,
-    simulate,
-)
+from trl_ada.tools.simulate import simulate
+from trl_ada.tools.simulate_report import draw, format_table
+from trl_ada.tools.simulate_setup import Estimate, PassRates, Strategy, default_strategies, parse_pass_rates
 
 
 def log_moment(a: float, b: float, n: int) -> float:

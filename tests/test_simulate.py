@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 
 from trl_ada.core.engine import Schedule
-from trl_ada.tools.simulate import (
+from trl_ada.tools.simulate import main, simulate
+from trl_ada.tools.simulate_report import format_table
+from trl_ada.tools.simulate_setup import (
     PassRates,
     Strategy,
     default_strategies,
-    format_table,
-    main,
     parse_pass_rates,
     read_pass_rates,
     sequential_limit,
-    simulate,
 )
 
 PROMPTS = 4000

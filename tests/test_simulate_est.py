@@ -11,7 +11,8 @@ import pytest
 import trl_ada.tools.simulate
 from trl_ada.core.allocation import allocate
 from trl_ada.core.engine import Pool, Request, Schedule, downsample, sample_adaptively
-from trl_ada.tools.simulate import Estimate, PassRates, Strategy, default_strategies, main, simulate
+from trl_ada.tools.simulate import main, simulate
+from trl_ada.tools.simulate_setup import Estimate, PassRates, Strategy, default_strategies
 
 
 def est(mean=8, lo=4, hi=32, rule="inv_sqrt_p", **kwargs):

@@ -30,20 +30,16 @@ the same prompts and their sample counts compare directly.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 
 from ..core.allocation import ALLOCATION_RULES, allocate
 from ..core.engine import (
-    ExitRule,
     Pool,
     Request,
     RoundsBackend,
@@ -56,207 +52,10 @@ from ..core.engine import (
 from ..core.memory import PassRateMemory
 from ..core.prompt_stream import PromptStream, SidePrompts
 from .cli import EXIT_USAGE, show_defaults
-
-Draw = Callable[[np.random.Generator, int], np.ndarray]
-
-
-# ---------------------------------------------------------------------------------------------------- pass rates
-@dataclass(frozen=True)
-class PassRates:
-    """A distribution of per-prompt pass rates: `draw(rng, n)` returns `n` values in [0, 1]."""
-
-    name: str
-    draw: Draw
-
-    @classmethod
-    def beta(cls, a: float, b: float) -> PassRates:
-        if not (a > 0 and b > 0):
-            raise ValueError(f"Beta parameters must be > 0, got beta:{a},{b}.")
-        return cls(f"Beta({a:g},{b:g})", lambda rng, n: rng.beta(a, b, n))
-
-    @classmethod
-    def empirical(cls, values: Sequence[float], name: str = "file") -> PassRates:
-        """Resample the given per-prompt pass rates with replacement."""
-        values = np.asarray(values, dtype=float)
-        if values.size == 0:
-            raise ValueError(f"No pass rates in {name}.")
-        bad = values[~((values >= 0) & (values <= 1))]
-        if bad.size:
-            raise ValueError(f"Pass rates must lie in [0, 1]; {name} holds {bad[0]!r}.")
-        return cls(name, lambda rng, n: rng.choice(values, n, replace=True))
-
-
-def parse_pass_rates(spec: str, kept_only: bool = True) -> PassRates:
-    """`uniform`, `beta:A,B`, or a file of per-prompt pass rates (see `read_pass_rates`)."""
-    if spec == "uniform":
-        return PassRates("uniform(0,1)", lambda rng, n: rng.random(n))
-    if spec.startswith("beta:"):
-        try:
-            a, b = (float(x) for x in spec[len("beta:") :].split(","))
-        except ValueError:
-            raise ValueError(
-                f"Cannot read {spec!r}: write the Beta distribution as beta:A,B, e.g. beta:0.5,4."
-            ) from None
-        return PassRates.beta(a, b)
-    path = Path(spec)
-    if not path.is_file():
-        raise ValueError(f"{spec!r} is neither `uniform`, `beta:A,B` nor an existing file of pass rates.")
-    return PassRates.empirical(read_pass_rates(path, kept_only), name=path.name)
-
-
-def read_pass_rates(path: str | Path, kept_only: bool = True) -> list[float]:
-    """Pass rates from JSONL (a `pass_rate` key per line), CSV (a `pass_rate` column) or plain text (one number per
-    line). Blank lines are skipped; so are rows whose pass rate is empty or null (prompts never scored) and, with
-    `kept_only`, rows whose `kept` field is false (prompts `trl-ada prepare` left out of the training set)."""
-    path = Path(path)
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if not lines:
-        return []
-    first = lines[0].strip()
-    if first.startswith("{"):
-        rows = []
-        for number, line in enumerate(lines, 1):
-            rows.append(json.loads(line))
-            if "pass_rate" not in rows[-1]:
-                raise ValueError(f"{path}:{number} has no `pass_rate` key (keys: {sorted(rows[-1])}).")
-    elif "pass_rate" in first:
-        rows = list(csv.DictReader(lines))
-    else:
-        rows = [{"pass_rate": line} for line in lines]
-    if kept_only:
-        rows = [row for row in rows if str(row.get("kept", True)).strip().lower() not in ("false", "0")]
-    try:
-        return [float(row["pass_rate"]) for row in rows if row["pass_rate"] not in (None, "")]
-    except ValueError as error:
-        raise ValueError(
-            f"{path}: {error}; expected numbers (plain text), a CSV `pass_rate` column or JSONL."
-        ) from None
-
-
-# ---------------------------------------------------------------------------------------------------- strategies
-@dataclass(frozen=True)
-class Estimate:
-    """Reinforce-Ada-Est's knobs (see `ReinforceAdaConfig`): per-prompt samples within `[min_samples, max_samples]`
-    averaging `mean`, split by `rule` from a pass-rate memory with a Beta(alpha, beta) prior and `decay`."""
-
-    mean: int
-    min_samples: int
-    max_samples: int
-    rule: str = "inv_sqrt_p"
-    alpha: float = 1.0
-    beta: float = 16.0
-    decay: float = 0.9
-
-    def __post_init__(self) -> None:
-        if self.rule not in ALLOCATION_RULES:
-            raise ValueError(f"Unknown allocation rule {self.rule!r}; expected one of {ALLOCATION_RULES}.")
-        if not 1 <= self.min_samples <= self.mean <= self.max_samples:
-            raise ValueError(
-                f"Need 1 <= min_samples <= mean <= max_samples, got {self.min_samples}, {self.mean}, "
-                f"{self.max_samples}."
-            )
-
-    def schedule(self, group_size: int) -> Schedule:
-        """The one-round schedule whose per-prompt sizes the allocation fills in."""
-        return Schedule.from_strategy("estimate", group_size, samples_per_round=self.max_samples)
-
-    def memory(self) -> PassRateMemory:
-        return PassRateMemory(self.alpha, self.beta, self.decay)
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """A named way to sample one step. `refill_batches > 0` makes it DAPO-style dynamic sampling over its (uniform)
-    schedule, with at most that many generation batches per step. `estimate` makes it Reinforce-Ada-Est (its
-    schedule must then be `estimate.schedule(group_size)`)."""
-
-    name: str
-    schedule: Schedule
-    refill_batches: int = 0
-    is_sequential_limit: bool = False
-    estimate: Estimate | None = None
-    refill: bool = False  # per-slot refill through the engine, as the trainer's `refill=True`
-    max_refills: int | None = None  # per step; None: the batch size
-    selection: tuple[float, float] | None = None  # (selection_threshold, selection_floor) of prompt_selection
-
-    @classmethod
-    def est(cls, group_size: int, estimate: Estimate, name: str | None = None) -> Strategy:
-        if estimate.min_samples < group_size:
-            raise ValueError(
-                f"Est's min_samples={estimate.min_samples} is below the group size {group_size}: a pool would be too "
-                "small to downsample."
-            )
-        name = (
-            name
-            or f"Ada Est {estimate.rule}, mean {estimate.mean} in [{estimate.min_samples}, {estimate.max_samples}]"
-        )
-        return cls(name, estimate.schedule(group_size), estimate=estimate)
-
-    @property
-    def has_exit_rule(self) -> bool:
-        return self.refill_batches == 0 and self.schedule.exit_rule != ExitRule(0, 0)
-
-    @property
-    def uses_side_stream(self) -> bool:
-        return self.refill or self.selection is not None
-
-
-def sequential_limit(schedule: Schedule) -> Schedule:
-    """The same exit rule and budget, one sample per round: no overshoot."""
-    return replace(schedule, samples_per_round=1, max_rounds=schedule.budget, round_sizing="fixed")
-
-
-def default_strategies(
-    group_size: int = 4,
-    samples_per_round: int = 8,
-    max_rounds: int = 4,
-    grpo_sizes: Sequence[int] = (4, 8, 16),
-    refill_batches: int = 10,
-    round_sizings: Sequence[str] = ("fixed", "posterior"),
-    rules: Sequence[str] = ("positive", "balanced"),
-    min_positives: int | None = None,
-    min_negatives: int | None = None,
-    estimate_means: Sequence[int] = (),
-    allocation_rule: str = "inv_sqrt_p",
-) -> list[Strategy]:
-    """GRPO at each size, DAPO at `group_size`, then per Ada rule: each round sizing and the sequential limit; then
-    Est for each mean in `estimate_means`, within `[group_size, samples_per_round * max_rounds]` (the trainer's
-    defaults)."""
-    strategies = [Strategy(f"GRPO n={n}", Schedule.from_strategy("uniform", n)) for n in grpo_sizes]
-    if refill_batches > 0:
-        dapo = Schedule.from_strategy("uniform", group_size)
-        strategies.append(Strategy(f"DAPO n={group_size}", dapo, refill_batches=refill_batches))
-    for rule in rules:
-        for sizing in round_sizings:
-            schedule = Schedule.from_strategy(
-                rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives, sizing
-            )
-            rounds = f"{samples_per_round}x{max_rounds}" if sizing == "fixed" else f"posterior, {max_rounds} rounds"
-            strategies.append(Strategy(f"Ada {rule} {rounds}", schedule))
-        schedule = Schedule.from_strategy(
-            rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives
-        )
-        strategies.append(Strategy(f"sequential limit ({rule})", sequential_limit(schedule), is_sequential_limit=True))
-    for mean in estimate_means:
-        estimate = Estimate(mean, group_size, samples_per_round * max_rounds, allocation_rule)
-        strategies.append(Strategy.est(group_size, estimate))
-    return strategies
-
+from .simulate_report import format_table, plot
+from .simulate_setup import Outcome, PassRates, Strategy, default_strategies, parse_pass_rates
 
 # ---------------------------------------------------------------------------------------------------- simulation
-@dataclass(frozen=True)
-class Outcome:
-    """What one strategy did, over every simulated step."""
-
-    strategy: str
-    samples_per_prompt: float  # completions drawn per trained prompt
-    samples_p95: float  # 95th percentile of completions per prompt (DAPO: of a step's completions per trained prompt)
-    rounds: float  # generation calls per step, mean over steps
-    max_rounds: int  # generation calls in the busiest step
-    signal: float  # share of trained prompts whose final group holds both a positive and a negative
-    zero_std: float  # share of final groups whose rewards are all equal (what TRL logs as frac_reward_zero_std)
-    resolved: float  # share of prompts whose exit rule held; NaN for strategies without one
-    sequential_ratio: float = math.nan  # samples_per_prompt / that of the sequential limit of the same rule
 
 
 class _Rewards:
@@ -471,70 +270,6 @@ def simulate(
 
 def _rule_key(schedule: Schedule) -> tuple:
     return schedule.exit_rule, schedule.group_size, schedule.budget, schedule.positive_threshold
-
-
-# ---------------------------------------------------------------------------------------------------- output
-COLUMNS = ("strategy", "samples/prompt", "p95", "rounds/step", "signal", "zero-std", "resolved", "x seq. limit")
-
-
-def format_table(outcomes: Sequence[Outcome]) -> str:
-    """A Markdown table, readable on a terminal."""
-
-    def number(x: float, digits: int = 2) -> str:
-        return "-" if math.isnan(x) else f"{x:.{digits}f}"
-
-    rows = [
-        (
-            o.strategy,
-            number(o.samples_per_prompt),
-            number(o.samples_p95, 0),
-            f"{number(o.rounds)} (max {o.max_rounds})",
-            number(o.signal, 3),
-            number(o.zero_std, 3),
-            number(o.resolved, 3),
-            number(o.sequential_ratio, 3),
-        )
-        for o in outcomes
-    ]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
-    lines = [COLUMNS, tuple("-" * w for w in widths), *rows]
-    return "\n".join(
-        "| "
-        + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-        + " |"
-        for line in lines
-    )
-
-
-_MARKERS = {"GRPO": "o", "DAPO": "s", "Ada positive": "^", "Ada balanced": "v", "Ada Est": "D", "sequential": "*"}
-
-
-def draw(ax, outcomes: Sequence[Outcome], title: str = "") -> None:
-    """Signal fraction against samples per prompt on a matplotlib axis: one point per strategy, marker per family."""
-    for o in outcomes:
-        marker = next((m for prefix, m in _MARKERS.items() if o.strategy.startswith(prefix)), "x")
-        ax.scatter(o.samples_per_prompt, o.signal, marker=marker, s=40, label=o.strategy)
-    ax.set(xlabel="samples per prompt", ylabel="final groups with signal", title=title)
-    ax.grid(alpha=0.3)
-
-
-def plot(outcomes: Sequence[Outcome], path: str | Path, title: str = "") -> None:
-    """Save `draw`'s figure as a PNG, with the legend beside it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError(
-            "Plotting needs matplotlib: pip install -e '.[plot]' in the trl-ada clone (or pip install matplotlib)."
-        ) from None
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    draw(ax, outcomes, title)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------------- command line
