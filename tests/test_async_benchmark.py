@@ -9,9 +9,12 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import async_emulation
 import async_worker
-from async_worker import GroupRecord, Method, PromptCost, interval, markdown_table, parse_args, window_metrics
-from step_time import Regime, Workload
+from async_emulation import GroupRecord, Method, PromptCost
+from async_report import interval, markdown_table, window_metrics
+from async_worker import parse_args
+from step_time_emulation import Regime, Workload
 
 from trl_ada.adapter.async_worker import AdaRolloutConfig
 
@@ -143,7 +146,7 @@ def dataset(prompts):
 
 def simulate(method, rewards, lengths, *, max_inflight, groups, samples_per_step=1000):
     workload = Workload([0.5] * len(rewards), rewards, lengths)
-    return async_worker.simulate(
+    return async_emulation.simulate(
         method,
         workload,
         SECONDS_PER_TOKEN,

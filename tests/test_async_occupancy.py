@@ -12,8 +12,9 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import async_emulation
 import async_worker
-from step_time import REGIMES, EmulatedEngine, Lengths, Regime, Workload
+from step_time_emulation import REGIMES, EmulatedEngine, Lengths, Regime, Workload
 
 from trl_ada.adapter.async_worker import AdaRolloutConfig, AdaRolloutLoop
 
@@ -75,12 +76,12 @@ def test_the_loop_keeps_max_inflight_tasks_requests_in_flight(monkeypatch, key, 
     requests in flight, as the engine counts them, average over its decode steps at least 95% of max_inflight_tasks,
     and never exceed it. (The throughput regime: a step takes about 0.012 virtual seconds, so the loops' periodic
     wake-ups stay few.)"""
-    monkeypatch.setattr(async_worker, "EmulatedEngine", CountingEngine)
+    monkeypatch.setattr(async_emulation, "EmulatedEngine", CountingEngine)  # where `simulate` builds it
     CountingEngine.made = []
     method = next(m for m in async_worker.METHODS if m.key == key)
     prompts = 24 + max_inflight + 1
     workload = Workload.draw("paper", prompts, seed=1, lengths=Lengths())
-    sim = async_worker.simulate(
+    sim = async_emulation.simulate(
         method,
         workload,
         REGIMES["throughput"],
@@ -123,8 +124,8 @@ def test_each_pool_is_still_its_request_order_prefix_when_prompts_share_slots(mo
     rewards = [[0, 1, 1, 1], [0, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]
     lengths = [[6, 2, 3, 50], [4, 1, 2, 50], [100] * 4, [100] * 4, [100] * 4]
     ada = AdaRolloutConfig(sampling_strategy="positive", samples_per_round=2, max_rounds=2)
-    sim = async_worker.simulate(
-        async_worker.Method("a", "Ada", 2, ada),
+    sim = async_emulation.simulate(
+        async_emulation.Method("a", "Ada", 2, ada),
         Workload([0.5] * len(rewards), rewards, lengths),
         SECONDS_PER_TOKEN,
         dataset(len(rewards)),

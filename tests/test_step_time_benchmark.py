@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import step_time
-from step_time import BALANCED, BALANCED_POSTERIOR, EmulatedEngine, Lengths, Method, Regime, Workload, run
+import step_time_emulation
+from step_time_emulation import BALANCED, BALANCED_POSTERIOR, EmulatedEngine, Lengths, Method, Regime, Workload, run
 
 from trl_ada.core.engine import Draw, Schedule
 
@@ -21,7 +22,7 @@ REGIME = Regime("test", c=C, t0=T0)
 
 def one_prompt(rewards, lengths, pad_length=1) -> Workload:
     """One prompt whose first draws are scripted; later draws are wrong and `pad_length` tokens long."""
-    pad = step_time.BUDGET - len(rewards)
+    pad = step_time_emulation.BUDGET - len(rewards)
     return Workload([0.5], [list(rewards) + [0.0] * pad], [list(lengths) + [pad_length] * pad])
 
 

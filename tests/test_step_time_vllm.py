@@ -9,19 +9,10 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import step_time_vllm
-from step_time_vllm import (
-    Scorer,
-    Task,
-    details_table,
-    interleaved,
-    markdown_table,
-    methods,
-    parse_args,
-    parse_metrics,
-    report_text,
-    summarise,
-)
+import step_time_vllm_report
+from step_time_vllm import Scorer, Task, interleaved, methods, parse_args
+from step_time_vllm_report import details_table, markdown_table, report_text, summarise
+from step_time_vllm_server import parse_metrics
 
 from trl_ada.adapter.backends.base import Completion
 from trl_ada.core.engine import Finished, Schedule, sample
@@ -204,4 +195,4 @@ def test_summary_and_tables_from_a_fake_result():
         "summary": rows,
     }
     text = report_text(report)
-    assert table in text and step_time_vllm.LEGEND in text and "Note: shared" in text
+    assert table in text and step_time_vllm_report.LEGEND in text and "Note: shared" in text
