@@ -45,9 +45,11 @@ VLLM_VENV ?= ../vllm-venv
 test-vllm:
 	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py tests/test_async_vllm.py
 
+# ruff, then the layer contracts in pyproject.toml (import-linter; tests/test_layers.py runs them in `make test` too).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

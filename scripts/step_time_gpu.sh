@@ -30,7 +30,7 @@
 #   PROMPTS          64          prompts per step
 #   REPEATS          3           interleaved repeats of every method
 #   MAX_TOKENS       2048        max_completion_length (the paper's recipe)
-#   REWARD           math        reward (trl_ada.rewards: math, toy, a trl.rewards name or a dotted path)
+#   REWARD           math        reward (trl_ada.tools.rewards: math, toy, a trl.rewards name or a dotted path)
 #   MAX_IN_FLIGHT    (unset)     streaming's k (default samples_per_round = 8)
 #   MAX_MODEL_LEN    4096        the server's context (prompt + completion)
 #   GPU_FRACTION     0.9         the server's share of the GPU's memory

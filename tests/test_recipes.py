@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning_catalog  # benchmarks/ is not a package
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-# async-*.yaml are for AsyncGRPOTrainer (trl_ada/gpu_async_check.py reads them; tests/test_gpu_async_check.py checks
-# them), not for `trl-ada train`.
+# async-*.yaml are for AsyncGRPOTrainer (trl_ada/tools/gpu_async_check.py reads them; tests/test_gpu_async_check.py
+# checks them), not for `trl-ada train`.
 ASYNC_RECIPES = sorted(RECIPES_DIR.glob("async-*.yaml"))
 RECIPES = sorted(p for p in RECIPES_DIR.rglob("*.yaml") if "accelerate" not in p.parts and p not in ASYNC_RECIPES)
 ACCELERATE = sorted((RECIPES_DIR / "accelerate").glob("*.yaml"))

@@ -443,8 +443,8 @@ class SignalWatch:
     - no prompt has resolved although positives were seen.
 
     Fed each generation batch's totals over every process; returns the warnings to emit. The metrics
-    `ada/frac_batches_no_reward` and `ada/frac_batches_no_positive` (`trl_ada.metrics.signal_metrics`) show the same
-    per batch."""
+    `ada/frac_batches_no_reward` and `ada/frac_batches_no_positive` (`trl_ada.core.metrics.signal_metrics`) show the
+    same per batch."""
 
     exit_rule: ExitRule
     positive_threshold: float

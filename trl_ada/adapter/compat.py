@@ -33,12 +33,12 @@ each one that has a signature or a source line to check):
   `vllm_generation._llm_weights_sleeping`, `_pending_extra_logs`, `_pending_metrics` (a reward's `log_metric` values,
   weighted by completions scored), `_metrics`, `_logs`, `continuous_batching_config`, and `_step`,
   `_buffered_inputs`, `num_iterations` (`_prepare_inputs`' generation window, saved with a checkpoint saved inside it
-  and restored on resume: `trl_ada.checkpoints`).
+  and restored on resume: `trl_ada.adapter.checkpoints`).
 
 Checkpoint rotation is Trainer's `_rotate_checkpoints` method in transformers 5.0 and the module-level
-`transformers.trainer_utils.rotate_checkpoints` by 5.17; `trl_ada.checkpoints.rotate_checkpoints` calls whichever
-the installed release has. Resuming a run on several CPU processes needs transformers 5.18
-(`trl_ada.checkpoints.resume_problem` says why before the resume would fail inside Trainer).
+`transformers.trainer_utils.rotate_checkpoints` by 5.17; `trl_ada.adapter.checkpoints.rotate_checkpoints` calls
+whichever the installed release has. Resuming a run on several CPU processes needs transformers 5.18
+(`trl_ada.adapter.checkpoints.resume_problem` says why before the resume would fail inside Trainer).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def rollout_state_kept(trainer: Any) -> Iterator[None]:
 
 @contextmanager
 def open_streaming_engine(trainer: Any, prompt_ids: list[list[int]]) -> Iterator[Any]:
-    """The trainer's streaming backend for one generation batch (`trl_ada.backends`, imported on use: vLLM is
+    """The trainer's streaming backend for one generation batch (`trl_ada.adapter.backends`, imported on use: vLLM is
     optional): vLLM server, colocated vLLM, or transformers' continuous batching, each as GRPOTrainer configures its
     own generation; vLLM's weights synced once per step first, as GRPOTrainer does."""
     sync_vllm_weights(trainer)

@@ -137,7 +137,7 @@ class ReinforceAdaConfig(ReinforceAdaFields):
             value, as DAPO's recipe filters on accuracy. `None`: when the weighted total reward is the same.
         prompt_selection (`str`, *optional*, defaults to `"none"`):
             `"pass_rate"`: before sampling, a prompt whose memory counts make its next group almost surely all right
-            or all wrong (`trl_ada.selection.no_signal_probability` >= `selection_threshold`) is sampled only with
+            or all wrong (`trl_ada.core.selection.no_signal_probability` >= `selection_threshold`) is sampled only with
             probability `selection_floor` and otherwise replaced by the next side-stream prompt that passes the same
             test. Prompts never seen are always sampled.
         selection_threshold (`float`, *optional*, defaults to `0.5`):
@@ -152,7 +152,7 @@ class ReinforceAdaConfig(ReinforceAdaFields):
             with them too is at least `pilot_stop_threshold`; the others go on under `sampling_strategy`, the pilot
             counting towards their group and budget. The probability is the posterior predictive given the prompt's
             pass-rate memory and its pilot, under a Beta prior fitted to the whole memory
-            (`trl_ada.selection.pilot_stop_rule`). A stopped prompt costs `pilot_size` completions instead of a
+            (`trl_ada.core.selection.pilot_stop_rule`). A stopped prompt costs `pilot_size` completions instead of a
             group, and trains on its pilot's completions with zero advantage, as an all-equal group would. Every
             prompt is sampled at every visit, so one that starts to change shows it. `0`: no pilot. Must be below
             `num_generations`; not with `sampling_strategy="estimate"` or `advantage_baseline="memory"`.

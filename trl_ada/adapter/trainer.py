@@ -92,15 +92,16 @@ class ReinforceAdaTrainer(GRPOTrainer):
     from the whole pool's statistics. `docs/architecture.md` maps the modules; in training only, it differs from
     [`~trl.GRPOTrainer`] in:
 
-    - `_generate`: samples the pools through a `trl_ada.step_io.StepIO` and returns the kept rows, in row order (a
-      group that selection or refill moved to another prompt is retargeted in the step's prompts and inputs too);
+    - `_generate`: samples the pools through a `trl_ada.adapter.step_io.StepIO` and returns the kept rows, in row
+      order (a group that selection or refill moved to another prompt is retargeted in the step's prompts and inputs
+      too);
     - `_generate_single_turn`: hands streamed completions to GRPOTrainer's `_generate` for decoding and logging;
     - `_tool_call_loop`: counts tool calls, for one `tools/*` entry per step;
     - `_calculate_rewards`: returns the rewards computed during sampling (nothing is scored twice);
     - `_generate_and_score_completions`: puts pool-level advantages in and logs `ada/*` metrics;
     - `_save_checkpoint`, `train`: write each checkpoint under a temporary name, renamed once complete; save and
       restore the pass-rate memory, the side stream's position and a generation batch in flight
-      (`trl_ada.checkpoints`); check that `output_dir` can be written to before training;
+      (`trl_ada.adapter.checkpoints`); check that `output_dir` can be written to before training;
     - `_get_train_sampler`: GRPOTrainer's sampler, which a resumed run positions at its epoch.
     """
 
@@ -234,7 +235,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         return output
 
     def _step_io(self) -> StepIO:
-        """What this generation batch's sampling code may read and do (`trl_ada.step_io`). With tools or
+        """What this generation batch's sampling code may read and do (`trl_ada.adapter.step_io`). With tools or
         environments, each round's rollouts first get GRPOTrainer's per-rollout state of their own."""
         multi_turn = bool(self.tools) or self.environment_factories is not None
         return StepIO(
@@ -355,9 +356,9 @@ class ReinforceAdaTrainer(GRPOTrainer):
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     def _save_checkpoint(self, model, trial) -> None:
-        """Write the checkpoint under a temporary name and rename it once complete (`trl_ada.checkpoints`), with the
-        pass-rate memory, the side stream's position on every process, and, when saved inside a generation batch,
-        each process's buffer of that batch."""
+        """Write the checkpoint under a temporary name and rename it once complete (`trl_ada.adapter.checkpoints`),
+        with the pass-rate memory, the side stream's position on every process, and, when saved inside a generation
+        batch, each process's buffer of that batch."""
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staged = StagedCheckpoint(self._get_output_dir(trial=trial), name)
         streams = None

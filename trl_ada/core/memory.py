@@ -91,7 +91,7 @@ def memory_key(prompt: Any, row: dict[str, Any], id_column: str | None = None, b
 
 
 def memory_updates(keys: Sequence[str], pools: Sequence[Any]) -> list[tuple[str, int, int]]:
-    """`update_many`'s `(key, positives, scored)` for each sampled pool (`trl_ada.engine.Pool`)."""
+    """`update_many`'s `(key, positives, scored)` for each sampled pool (`trl_ada.core.engine.Pool`)."""
     return [
         (key, pool.num_positive, pool.num_positive + pool.num_negative) for key, pool in zip(keys, pools, strict=True)
     ]

@@ -6,7 +6,7 @@ draws a row twice within an epoch. The state (epoch and position) is two integer
 checkpoint (`save_stream_states`, `load_stream_state`), so a run resumed from any checkpoint continues the sequence
 exactly where an uninterrupted run was, given the same dataset, seed and number of processes (otherwise loading
 raises). A checkpoint saved inside a generation batch, whose refills were drawn already, also holds that batch
-(`trl_ada.checkpoints`): the resumed run trains it without drawing them again. How many rows a later step draws
+(`trl_ada.adapter.checkpoints`): the resumed run trains it without drawing them again. How many rows a later step draws
 depends on its completions (refill replaces groups without signal; selection reads the memory), so a run resumed
 with generation whose RNG no checkpoint holds (vLLM's) draws the same sequence but may split it across steps
 differently, as another run would.
@@ -81,7 +81,7 @@ class PromptStream:
 
 class SidePrompts:
     """Rows of the training set drawn from a `PromptStream`, for refill and for replacing skipped prompts, and the
-    selection test of `prompt_selection="pass_rate"` (`trl_ada.selection`) on the pass-rate memory's counts.
+    selection test of `prompt_selection="pass_rate"` (`trl_ada.core.selection`) on the pass-rate memory's counts.
 
     `key(row)` is the row's memory key; `group_size` the completions of a prompt's first group (what the test
     predicts the signal of). Without selection (`threshold=None`) every prompt is kept.

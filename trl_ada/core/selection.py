@@ -106,7 +106,7 @@ def agreement_probability(
 def pilot_stop_rule(
     memory: PassRateMemory, keys: Sequence[str], group_size: int, threshold: float
 ) -> Callable[[int, Pool], bool]:
-    """The pilot's `stop` for one generation batch (`trl_ada.engine.Pilot`): prompt `index` (memory key
+    """The pilot's `stop` for one generation batch (`trl_ada.core.engine.Pilot`): prompt `index` (memory key
     `keys[index]`; refills append keys) stops after its pilot, whose scored completions all agree, when the probability
     that the other `group_size - len(pilot)` completions of its group would agree with them too is at least
     `threshold`. The probability is the posterior predictive given the prompt's memory counts and its pilot, under

@@ -1,12 +1,12 @@
 """`python -m trl_ada.gpu_step_time`: step time of GRPO and Reinforce-Ada at a real model's size, offline, one table.
 
 Builds a model of a real model's shape with random weights (Qwen2.5-0.5B's by default, `--model qwen2.5-1.5b`) and a
-word-level tokenizer, locally (`trl_ada.sized_model`), and trains each configuration a GPU user would compare for a
-few optimizer steps on random prompts with a pass-rate reward whose per-prompt pass rate is U-shaped: GRPO n=4, 8 and
+word-level tokenizer, locally (`trl_ada.tools.sized_model`), and trains each configuration a GPU user would compare for
+a few optimizer steps on random prompts with a pass-rate reward whose per-prompt pass rate is U-shaped: GRPO n=4, 8 and
 16; `recommended` (Ada-positive, rounds of 4, at most 2, no prompt selection); the paper's defaults (Ada-balanced,
 rounds of 8, at most 4); two posterior-sized rounds of up to 16; one round of 16 downsampled to the group (one
-generation call); streaming through transformers' continuous batching, with GRPO n=4 through the same engine beside
-it; and `recommended` with LoRA. Each runs with completions at a fixed length (every one to the limit) and at varied
+generation call); streaming through transformers' continuous batching, with GRPO n=4 through the same engine beside it;
+and `recommended` with LoRA. Each runs with completions at a fixed length (every one to the limit) and at varied
 lengths (each token ends the completion with probability 2 / `--max-tokens`). It prints seconds a step (the median of
 the steps after the first, which pays for CUDA's start-up), the ratio to GRPO n=4 with the same lengths, samples a
 prompt, generation calls a step, mean completion length and peak GPU memory.

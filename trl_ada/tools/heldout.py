@@ -1,7 +1,7 @@
 """What a held-out evaluation measures besides mean accuracy: pass@k, accuracy per label and the policy's entropy.
 
-`HeldoutCurve` (`trl_ada.demo`) records, at each checkpoint, every held-out prompt's count of correct samples, the
-accuracy of each label of the held-out set's ``rule`` or ``level`` column, and optionally the mean token entropy of
+`HeldoutCurve` (`trl_ada.tools.demo`) records, at each checkpoint, every held-out prompt's count of correct samples,
+the accuracy of each label of the held-out set's ``rule`` or ``level`` column, and optionally the mean token entropy of
 the sampled completions; the learning benchmark (`benchmarks/learning_stats.py`) turns the counts into pass@k.
 
 The first three functions are pure arithmetic on counts; `mean_token_entropy` runs the model (torch loads on first

@@ -13,10 +13,10 @@ through the trainer's own engine (`sample_adaptively`, `downsample`, `Tally`), w
 - Reinforce-Ada-Est: one round per step, the step's budget split across its prompts by `allocation.allocate` from a
   `PassRateMemory` carried across steps (and epochs), as the trainer does with `sampling_strategy="estimate"`.
 - Refill and prompt selection (`refill=True`, `prompt_selection="pass_rate"` in the trainer) on any engine schedule:
-  the engine's per-slot refill and the trainer's own side stream (`trl_ada.prompt_stream.SidePrompts`) over the same
-  prompt set, with a `PassRateMemory` carried across steps. "DAPO n=4, per slot" is GRPO sampling with refill, what
-  the trainer runs as DAPO; "DAPO n=4" above is verl's batch-level loop, for comparison. Pass rates stay fixed here,
-  so a skipped prompt never changes: the simulator shows the most selection can save, not what a learning policy
+  the engine's per-slot refill and the trainer's own side stream (`trl_ada.core.prompt_stream.SidePrompts`) over the
+  same prompt set, with a `PassRateMemory` carried across steps. "DAPO n=4, per slot" is GRPO sampling with refill,
+  what the trainer runs as DAPO; "DAPO n=4" above is verl's batch-level loop, for comparison. Pass rates stay fixed
+  here, so a skipped prompt never changes: the simulator shows the most selection can save, not what a learning policy
   that drifts away from its memory gets.
 
 The prompt set is fixed and visited `epochs` times (the memory needs repeated visits to learn; the first epoch starts

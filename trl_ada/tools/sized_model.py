@@ -169,7 +169,7 @@ def eos_margin(model: Any, shape: Shape, rate: float | None, seed: int, prompts:
         if float(lever.min()) <= 0:
             raise RuntimeError(
                 f"{shape.name}: the last hidden state's bias coordinate is not positive everywhere (min "
-                f"{float(lever.min()):.3g}); raise trl_ada.sized_model.BIAS_VALUE ({BIAS_VALUE})"
+                f"{float(lever.min()):.3g}); raise trl_ada.tools.sized_model.BIAS_VALUE ({BIAS_VALUE})"
             )
         if rate is None:
             return FIXED_MARGIN

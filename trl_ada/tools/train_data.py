@@ -25,8 +25,9 @@ def resolve_model(name: str | None, revision: str | None = None, flag: str = "--
     """The folder or Hub id to load for ``name``, checked before any weights are read.
 
     ``builtin:`` names give the toy model's folder (the shipped warm model, or the cold one built in the cache).
-    Anything else goes through :func:`trl_ada.model_names.check_model_name`: a missing local folder is a UsageError
-    ("no such folder"), a Hub id that can be neither downloaded nor read from the cache a RunError, both in seconds.
+    Anything else goes through :func:`trl_ada.adapter.model_names.check_model_name`: a missing local folder is a
+    UsageError ("no such folder"), a Hub id that can be neither downloaded nor read from the cache a RunError, both in
+    seconds.
     """
     if not name:
         raise UsageError(f"No model: pass {flag} (a Hub id, a local folder, or builtin:toy for the toy model).")

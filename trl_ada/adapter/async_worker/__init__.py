@@ -3,8 +3,8 @@
 `AdaRolloutWorker` is a drop-in `rollout_worker=` for `trl.experimental.async_grpo.AsyncGRPOTrainer`. Each prompt
 keeps drawing completions, one request each, until its exit rule holds (on the longest finished prefix of its
 requests, in request order) or its budget is spent; its other requests are aborted; its pool is downsampled to
-`num_generations` and the kept rows get pool-level advantages (`trl_ada.advantages.pool_advantages`). The stopping
-rule is `trl_ada.engine`'s streaming loop itself (`streaming_session`), driven from TRL's asyncio loop.
+`num_generations` and the kept rows get pool-level advantages (`trl_ada.core.advantages.pool_advantages`). The stopping
+rule is `trl_ada.core.engine`'s streaming loop itself (`streaming_session`), driven from TRL's asyncio loop.
 
 Design note: the seams in TRL (line numbers: TRL 1.16.0, `trl/experimental/async_grpo/`)
 -------------------------------------------------------------------------------------------
@@ -56,15 +56,15 @@ part of a group (its advantages were computed together). Completions of the pool
 baseline and do not set the tag. `ada/pool_version_span` reports how many versions a pool spans.
 
 Prompt selection, the pilot and refill: the synchronous trainer's rules, per prompt. Selection
-(`prompt_selection="pass_rate"`) asks the pass-rate memory before a prompt is dispatched and skips it (to the next
-row of the dataset) with probability `1 - selection_floor` when its next group would likely carry no signal
-(`trl_ada.selection.keep_probability`), from an RNG seeded with `seed`. The pilot is `trl_ada.engine.Pilot` with
-`trl_ada.selection.pilot_stop_rule`, in each prompt's session. Refill has no batch slots to refill here: a group
-whose pool has no signal is not pushed and the loop goes on with the next prompt (DAPO's dynamic sampling, the
-asynchronous way); after `max_consecutive_drops` drops in a row the next group is pushed anyway (zero advantages),
-so the trainer is never starved. A group whose pilot stopped has no signal: it is pushed (its pilot completions
-repeated to `num_generations`, advantage 0, as the synchronous trainer trains it and as TRL pushes zero-advantage
-groups) unless `refill` is on, which drops it like any group without signal.
+(`prompt_selection="pass_rate"`) asks the pass-rate memory before a prompt is dispatched and skips it (to the next row
+of the dataset) with probability `1 - selection_floor` when its next group would likely carry no signal
+(`trl_ada.core.selection.keep_probability`), from an RNG seeded with `seed`. The pilot is `trl_ada.core.engine.Pilot`
+with `trl_ada.core.selection.pilot_stop_rule`, in each prompt's session. Refill has no batch slots to refill here: a
+group whose pool has no signal is not pushed and the loop goes on with the next prompt (DAPO's dynamic sampling, the
+asynchronous way); after `max_consecutive_drops` drops in a row the next group is pushed anyway (zero advantages), so
+the trainer is never starved. A group whose pilot stopped has no signal: it is pushed (its pilot completions repeated
+to `num_generations`, advantage 0, as the synchronous trainer trains it and as TRL pushes zero-advantage groups) unless
+`refill` is on, which drops it like any group without signal.
 
 Not supported: `sampling_strategy="estimate"` (it splits one step's budget across a batch in advance) and
 `scale_rewards="batch"` (there is no batch here).

@@ -113,11 +113,11 @@ class RequestSlots:
 
 
 class TaskBackend:
-    """`trl_ada.engine.Backend` over asyncio tasks: each draw is a task running `start()` on the running loop, once
-    the draw holds one of `slots` (waiting ones start by `priority`, then ticket; without `slots`, at once).
+    """`trl_ada.core.engine.Backend` over asyncio tasks: each draw is a task running `start()` on the running loop,
+    once the draw holds one of `slots` (waiting ones start by `priority`, then ticket; without `slots`, at once).
     `next_batch` is the awaitable form of `wait`; after the session has stepped through a batch, `settle` hands its
-    slots back. `abort` cancels tasks, which closes their HTTP requests (vLLM aborts a request whose client left),
-    and withdraws draws still waiting for a slot. Tokens an aborted request had generated are not reported back (0)."""
+    slots back. `abort` cancels tasks, which closes their HTTP requests (vLLM aborts a request whose client left), and
+    withdraws draws still waiting for a slot. Tokens an aborted request had generated are not reported back (0)."""
 
     def __init__(
         self, start: Callable[[], Awaitable[Completion]], slots: RequestSlots | None = None, priority: int = 0

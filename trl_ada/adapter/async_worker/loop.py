@@ -93,7 +93,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             group_id += 1
 
     def _keeps(self, row: dict[str, Any]) -> bool:
-        """Prompt selection's test (`trl_ada.selection.keep_probability` on the row's memory counts): whether to
+        """Prompt selection's test (`trl_ada.core.selection.keep_probability` on the row's memory counts): whether to
         sample this row now. Always true without selection, and for a prompt the memory has not seen."""
         if self.ada.prompt_selection == "none":
             return True

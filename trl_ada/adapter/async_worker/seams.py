@@ -12,7 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 # The TRL releases whose asynchronous GRPO worker was read and tested (`make test-compat`). Kept apart from
-# `trl_ada.compat.SUPPORTED_TRL`: `trl.experimental` may change in a release whose GRPOTrainer does not.
+# `trl_ada.adapter.compat.SUPPORTED_TRL`: `trl.experimental` may change in a release whose GRPOTrainer does not.
 _ASYNC_TRL_RANGE = ">=1.14.0,<1.17"  # written out: SpecifierSet's str() reorders it
 SUPPORTED_ASYNC_TRL = SpecifierSet(_ASYNC_TRL_RANGE)
 

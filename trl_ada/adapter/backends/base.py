@@ -1,5 +1,5 @@
 """What every streaming generation backend shares: a store of finished completions whose row number is the handle
-the engine passes around, and the `Backend` protocol of `trl_ada.engine` (submit / wait / abort)."""
+the engine passes around, and the `Backend` protocol of `trl_ada.core.engine` (submit / wait / abort)."""
 
 from __future__ import annotations
 

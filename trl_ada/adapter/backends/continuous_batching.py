@@ -161,7 +161,7 @@ def cache_size(
     rows (at least 256, at most 8,192, transformers' own default): a decode step takes one token per running row,
     and the rest goes to prefill. It is not larger because without flash attention transformers allocates an
     attention mask of `max_batch_tokens` x (cache tokens + `max_batch_tokens`) elements. Pass the sizes with
-    `trl_ada.compat.continuous_batching_cache`, which writes the installed transformers' names."""
+    `trl_ada.adapter.compat.continuous_batching_cache`, which writes the installed transformers' names."""
     if min(rows, prompt_length + completion_length, page_size, dtype_bytes) < 1:
         raise ValueError(
             f"cache_size: rows={rows}, prompt_length + completion_length={prompt_length + completion_length}, "
