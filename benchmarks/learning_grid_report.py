@@ -308,19 +308,21 @@ def grid_details_table(rows: Sequence[dict[str, Any]]) -> str:
     sampling and the flawed share at the first and last checkpoint."""
     lines = [
         "| method | steps | chain acc. before → at B → at equal steps | reward acc. before → at B → at equal steps "
-        "| tokens (mean) | samples / prompt | zero-std groups (first round) | flawed share first → last | train s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tokens (mean) | samples / prompt | zero-std groups (first round) | flawed share first → last "
+        "| flawed share by rule, max | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         flawed = r["flawed_rewarded_share"]
         flawed_cell = "" if flawed.get("max") is None else f"{flawed['first']:.3f} → {flawed['last']:.3f}"
+        by_rule = ", ".join(f"`{label}` {share:.3f}" for label, share in (flawed.get("max_by_label") or {}).items())
         lines.append(
             f"| {r['method']} | {r['steps']} "
             f"| {r['chain_accuracy_before']:.3f} → {r['chain_accuracy_at_budget']:.3f} → "
             f"{r['chain_accuracy_at_last_step']:.3f} "
             f"| {r['accuracy_before']:.3f} → {r['accuracy_at_budget']:.3f} → {r['accuracy_at_last_step']:.3f} "
             f"| {r['tokens_total']:,.0f} | {r['samples_per_prompt']:.2f} "
-            f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) | {flawed_cell} "
+            f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) | {flawed_cell} | {by_rule} "
             f"| {r['train_seconds']:.0f} |"
         )
     return "\n".join(lines)

@@ -47,8 +47,10 @@ class Checkpoint:
     the sampled completions (`trl_ada.heldout.mean_token_entropy`; None unless asked for). For a task with a chain
     checker: ``chain_accuracy`` (the share of samples whose whole chain is right), ``chain_correct`` (per prompt),
     ``chain_accuracy_by_label`` and ``flawed_rewarded_share`` (the share of rewarded samples whose chain is not right;
-    None when none was rewarded). On a grid: ``token_points``, the indices of the token-grid points this evaluation
-    serves (the first step at or past each), and ``step_point``, whether its step is on the step grid.
+    None when none was rewarded), also per label (``flawed_rewarded_share_by_label``: the easy labels' many rewarded
+    samples would hide the hard ones' in the overall share). On a grid: ``token_points``, the indices of the
+    token-grid points this evaluation serves (the first step at or past each), and ``step_point``, whether its step
+    is on the step grid.
     """
 
     step: int
@@ -62,6 +64,7 @@ class Checkpoint:
     chain_correct: tuple[int, ...] | None = None
     chain_accuracy_by_label: dict[str, float] | None = None
     flawed_rewarded_share: float | None = None
+    flawed_rewarded_share_by_label: dict[str, float | None] | None = None
     token_points: tuple[int, ...] | None = None
     step_point: bool | None = None
 
@@ -179,15 +182,22 @@ class HeldoutCurve(TrainerCallback):
         expressions = [prompt[-1]["content"] for prompt in self.heldout["prompt"] for _ in range(n)]
         right = [v == "correct" for v in verdicts_of(expressions, texts, completion_ids)]
         chain_correct = tuple(sum(right[i : i + n]) for i in range(0, len(right), n))
+        flawed = [r >= 1.0 and not ok for r, ok in zip(rewards, right, strict=True)]
         rewarded = sum(r >= 1.0 for r in rewards)
-        flawed = sum(r >= 1.0 and not ok for r, ok in zip(rewards, right, strict=True))
+        by_label = chain_by_label = None
+        if self.labels is not None:
+            chain_by_label = accuracy_by_label(chain_correct, n, self.labels)
+            by_label = {}
+            for label in sorted(set(self.labels), key=str):
+                rows = [i for i in range(len(rewards)) if self.labels[i // n] == label]
+                got = sum(rewards[i] >= 1.0 for i in rows)
+                by_label[str(label)] = sum(flawed[i] for i in rows) / got if got else None
         return {
             "chain_accuracy": sum(right) / len(right),
             "chain_correct": chain_correct,
-            "chain_accuracy_by_label": None
-            if self.labels is None
-            else accuracy_by_label(chain_correct, n, self.labels),
-            "flawed_rewarded_share": flawed / rewarded if rewarded else None,
+            "chain_accuracy_by_label": chain_by_label,
+            "flawed_rewarded_share": sum(flawed) / rewarded if rewarded else None,
+            "flawed_rewarded_share_by_label": by_label,
         }
 
     @functools.cached_property

@@ -90,6 +90,7 @@ def instrument_properties(
         "flawed_rewarded_share": (total_rewarded - sum(correct)) / total_rewarded if total_rewarded else None,
         "flawed_rewarded_share_low_p": flawed_low / rewarded_low if rewarded_low else None,
         "rewarded_low_p": rewarded_low,
+        "hard_band": [HARD_BAND_LOW, LOW_P],
         "frac_hard_low_p": sum(h and b for h, b in zip(hard, in_band, strict=True)) / prompts,
         "frac_hard_zero": sum(h and c == 0 for h, c in zip(hard, correct, strict=True)) / prompts,
         "frac_hard": sum(hard) / prompts,
