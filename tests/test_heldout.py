@@ -217,3 +217,28 @@ def test_heldout_curve_serves_each_grid_point_once_at_the_first_step_past_it(mon
         curve.on_step_end(None, SimpleNamespace(global_step=step, max_steps=6), None)
     # Step 3 passes 20 and 25 at once; 90 is never reached; steps 2 and 6 are grid steps; 6 is also the last.
     assert evaluated == [(0, (), True), (2, (0,), True), (3, (1, 2), False), (6, (), True)]
+
+
+def test_heldout_curve_stops_training_once_both_grids_are_covered(monkeypatch):
+    from types import SimpleNamespace
+
+    from trl_ada.heldout_curve import GenerationCounter, HeldoutCurve
+    from trl_ada.toy import make_arithmetic_dataset
+
+    def run(tokens_per_step):
+        counter = GenerationCounter()
+        curve = HeldoutCurve(
+            None, None, make_arithmetic_dataset(2, seed=1), counter, None, 1, seed=0, token_grid=[10, 40],
+            step_grid=[2, 4], stop_when_covered=True,
+        )  # fmt: skip
+        monkeypatch.setattr(curve, "_evaluate", lambda *args: None)
+        for step in range(1, 20):
+            counter.completion_tokens = step * tokens_per_step
+            control = SimpleNamespace(should_training_stop=False)
+            curve.on_step_end(None, SimpleNamespace(global_step=step, max_steps=20), control)
+            if control.should_training_stop:
+                return step
+        return None
+
+    assert run(5) == 8  # cheap: the last grid step (4) passed, the token grid's end (40) reached at step 8
+    assert run(20) == 4  # dear: the token grid covered by step 2, the last grid step at 4

@@ -95,7 +95,10 @@ class HeldoutCurve(TrainerCallback):
     has a chain checker (`trl_ada.toy.ToyTask.chain_verdicts`), its chain measures too (`Checkpoint`).
 
     A token-grid point is served by the end of the first step whose cumulative completion tokens reach it: one
-    evaluation serves every point a step passes. Every evaluation samples with the same seed, for every method.
+    evaluation serves every point a step passes. Every evaluation samples with the same seed, for every method. With
+    ``stop_when_covered``, training stops once every grid point has been evaluated (the run's ``max_steps`` is then
+    a cap): a method that spends fewer tokens a step trains on until it reaches the token grid's end, and one that
+    spends more stops at the step grid's end.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class HeldoutCurve(TrainerCallback):
         entropy: bool = False,
         token_grid: Sequence[int] | None = None,
         step_grid: Sequence[int] | None = None,
+        stop_when_covered: bool = False,
     ) -> None:
         gridded = token_grid is not None or step_grid is not None
         if not gridded and (every is None or every < 1):
@@ -123,6 +127,7 @@ class HeldoutCurve(TrainerCallback):
         self.token_grid = None if token_grid is None else list(token_grid)
         self.step_grid = None if step_grid is None else set(step_grid)
         self._next_token_point = 0
+        self.stop_when_covered = stop_when_covered
         self.task = toy_task(task)
         label_column = next((name for name in LABEL_COLUMNS if name in heldout.column_names), None)
         self.labels = None if label_column is None else list(heldout[label_column])
@@ -231,6 +236,14 @@ class HeldoutCurve(TrainerCallback):
         on_step_grid = self.step_grid is not None and step in self.step_grid
         if served or on_step_grid or last:
             self._evaluate(step, tuple(served), on_step_grid)
+        if self.stop_when_covered and self.covered(step):
+            control.should_training_stop = True
+
+    def covered(self, step: int) -> bool:
+        """Whether every grid point has been evaluated by ``step``: each token point served and the last grid step
+        reached."""
+        tokens_done = self._next_token_point == len(self.token_grid or [])
+        return tokens_done and step >= max(self.step_grid or [0])
 
     @property
     def train_seconds(self) -> float:
