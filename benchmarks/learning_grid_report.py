@@ -29,7 +29,14 @@ from grid_stats import (
 )
 from learning_catalog import BASELINE, PAIRINGS
 from learning_report import runs_by_method
-from learning_stats import _bootstrap_mean_interval, _seed_differences, mean, measures_at, percentile_interval
+from learning_stats import (
+    _bootstrap_mean_interval,
+    _seed_differences,
+    mean,
+    measures_at,
+    percentile_interval,
+    value_at,
+)
 
 from trl_ada.heldout import PASS_AT_K
 
@@ -43,9 +50,20 @@ def grid_of(settings: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def _at(curve: dict[str, list[float]], x: float) -> float:
-    from learning_stats import value_at
-
     return value_at(curve["x"], curve["y"], x, hold=True)
+
+
+def in_baseline_steps(runs: Sequence[Run]) -> list[Run]:
+    """The runs with each checkpoint's step in GRPO n=4's steps (divided by the run's ``step_scale``: a method whose
+    steps hold other numbers of prompts), so that "equal steps" reads every method at the same number of prompts."""
+    scaled = []
+    for run in runs:
+        scale = run.get("step_scale", 1)
+        checkpoints = (
+            run["checkpoints"] if scale == 1 else [c | {"step": c["step"] / scale} for c in run["checkpoints"]]
+        )
+        scaled.append(run | {"checkpoints": checkpoints})
+    return scaled
 
 
 def summarise_grid(
@@ -112,6 +130,7 @@ def grid_heldout_comparison(
     """pass@k (of correct chains), entropy and chain accuracy per rule of a method against GRPO n=4's in each of
     `grid_frames`: frame -> measure -> the mean over shared seeds of the difference and its paired-bootstrap 95%
     interval (`learning_stats.heldout_comparison`, on the grid's frames)."""
+    base_runs, method_runs = in_baseline_steps(base_runs), in_baseline_steps(method_runs)
     differences = _seed_differences(base_runs, method_runs, grid_frames(grid), num_samples, chain=True)
     rng = random.Random(seed)
     return {
