@@ -303,7 +303,8 @@ def comparison_with(
 
 def flawed_shares(runs: Sequence[Run]) -> dict[str, Any]:
     """The share of rewarded held-out samples whose chain is flawed, at every checkpoint of every run: the largest
-    over checkpoints and seeds, the seeds' mean at the first and last checkpoint, and per run its largest."""
+    over checkpoints and seeds, the seeds' mean at the first and last checkpoint, per run its largest, and per label
+    (rule) the largest where the checkpoints recorded it."""
     per_run = {
         run["seed"]: [
             c["flawed_rewarded_share"] for c in run["checkpoints"] if c.get("flawed_rewarded_share") is not None
@@ -312,11 +313,18 @@ def flawed_shares(runs: Sequence[Run]) -> dict[str, Any]:
     }
     if not any(per_run.values()):
         return {"max": None}
+    by_label: dict[str, float] = {}
+    for run in runs:
+        for c in run["checkpoints"]:
+            for label, share in (c.get("flawed_rewarded_share_by_label") or {}).items():
+                if share is not None:
+                    by_label[label] = max(share, by_label.get(label, 0.0))
     return {
         "max": max(max(shares) for shares in per_run.values() if shares),
         "first": mean([shares[0] for shares in per_run.values() if shares]),
         "last": mean([shares[-1] for shares in per_run.values() if shares]),
         "max_per_seed": {str(seed): max(shares) for seed, shares in per_run.items() if shares},
+        "max_by_label": dict(sorted(by_label.items())),
     }
 
 

@@ -29,7 +29,14 @@ from grid_stats import (
 )
 from learning_catalog import BASELINE, PAIRINGS
 from learning_report import runs_by_method
-from learning_stats import _bootstrap_mean_interval, _seed_differences, mean, measures_at, percentile_interval
+from learning_stats import (
+    _bootstrap_mean_interval,
+    _seed_differences,
+    mean,
+    measures_at,
+    percentile_interval,
+    value_at,
+)
 
 from trl_ada.tools.heldout import PASS_AT_K
 
@@ -43,9 +50,20 @@ def grid_of(settings: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def _at(curve: dict[str, list[float]], x: float) -> float:
-    from learning_stats import value_at
-
     return value_at(curve["x"], curve["y"], x, hold=True)
+
+
+def in_baseline_steps(runs: Sequence[Run]) -> list[Run]:
+    """The runs with each checkpoint's step in GRPO n=4's steps (divided by the run's ``step_scale``: a method whose
+    steps hold other numbers of prompts), so that "equal steps" reads every method at the same number of prompts."""
+    scaled = []
+    for run in runs:
+        scale = run.get("step_scale", 1)
+        checkpoints = (
+            run["checkpoints"] if scale == 1 else [c | {"step": c["step"] / scale} for c in run["checkpoints"]]
+        )
+        scaled.append(run | {"checkpoints": checkpoints})
+    return scaled
 
 
 def summarise_grid(
@@ -112,6 +130,7 @@ def grid_heldout_comparison(
     """pass@k (of correct chains), entropy and chain accuracy per rule of a method against GRPO n=4's in each of
     `grid_frames`: frame -> measure -> the mean over shared seeds of the difference and its paired-bootstrap 95%
     interval (`learning_stats.heldout_comparison`, on the grid's frames)."""
+    base_runs, method_runs = in_baseline_steps(base_runs), in_baseline_steps(method_runs)
     differences = _seed_differences(base_runs, method_runs, grid_frames(grid), num_samples, chain=True)
     rng = random.Random(seed)
     return {
@@ -308,19 +327,21 @@ def grid_details_table(rows: Sequence[dict[str, Any]]) -> str:
     sampling and the flawed share at the first and last checkpoint."""
     lines = [
         "| method | steps | chain acc. before → at B → at equal steps | reward acc. before → at B → at equal steps "
-        "| tokens (mean) | samples / prompt | zero-std groups (first round) | flawed share first → last | train s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tokens (mean) | samples / prompt | zero-std groups (first round) | flawed share first → last "
+        "| flawed share by rule, max | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         flawed = r["flawed_rewarded_share"]
         flawed_cell = "" if flawed.get("max") is None else f"{flawed['first']:.3f} → {flawed['last']:.3f}"
+        by_rule = ", ".join(f"`{label}` {share:.3f}" for label, share in (flawed.get("max_by_label") or {}).items())
         lines.append(
             f"| {r['method']} | {r['steps']} "
             f"| {r['chain_accuracy_before']:.3f} → {r['chain_accuracy_at_budget']:.3f} → "
             f"{r['chain_accuracy_at_last_step']:.3f} "
             f"| {r['accuracy_before']:.3f} → {r['accuracy_at_budget']:.3f} → {r['accuracy_at_last_step']:.3f} "
             f"| {r['tokens_total']:,.0f} | {r['samples_per_prompt']:.2f} "
-            f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) | {flawed_cell} "
+            f"| {r['frac_zero_std']:.2f} ({r['frac_zero_std_first_round']:.2f}) | {flawed_cell} | {by_rule} "
             f"| {r['train_seconds']:.0f} |"
         )
     return "\n".join(lines)

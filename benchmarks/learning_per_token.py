@@ -1,41 +1,30 @@
-"""Learning per generated token on the toy task, on CPU: GRPO at 4, 8 and 16 samples, DAPO (refill), pass-rate
-prompt selection, and Reinforce-Ada positive/balanced with fixed or posterior rounds, small rounds, selection, refill.
+"""Learning per generated token on the toy tasks, on CPU: GRPO at 4 to 26 samples, DAPO (refill), pass-rate prompt
+selection, the pilot, the memory baseline, and Reinforce-Ada (Seq positive/balanced in rounds or streaming, Est).
 
-    python benchmarks/learning_per_token.py                             # every method, 5 seeds x 200 steps
-    python benchmarks/learning_per_token.py --methods grpo-4 recommended  # the configuration the README recommends
-    python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
-    python benchmarks/learning_per_token.py --task reasoning --methods grpo-4 ada-balanced  # the step-by-step task
-    python benchmarks/learning_per_token.py --task reasoning --warm-seed 1 --testbed-only  # another warm model's mix
+    python benchmarks/learning_per_token.py --task columns --methods grpo-4 recommended  # the current instrument
+    python benchmarks/learning_per_token.py --task columns --warm-seed 1 --testbed-only  # another warm model's testbed
     python benchmarks/learning_per_token.py --combine a.json b.json --name all  # one table over reports' seeds
+    python benchmarks/learning_per_token.py --verify a.json --seeds 0 --methods grpo-4  # does a run reproduce here?
+    python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
 
-Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir(task=...)`; ``--task`` picks the
-arithmetic task, the default, or the step-by-step "reasoning" one), sees the same prompts in the same order for a given
-seed (16 per step; selection and refill replace some from their side stream), takes the same number
-of optimizer steps with the same learning rate, loss and reward scaling; only the sampling differs. Held-out sampled
-accuracy is measured every few steps against the completion tokens generated so far (counted at GRPOTrainer's
-generation call, identically for every method: every round, refill and replaced prompt counts) and the training wall
-time (evaluations excluded). On the reasoning task the comparison is token-matched by default (``--match-tokens``):
-every method but GRPO n=4 trains up to 1.4x its steps over the same rows in the same order, and every curve is read
-up to the tokens GRPO n=4 generated, so final accuracies compare at an equal token budget. Runs go to two one-thread
-worker processes (faster than one two-thread process on 2 cores); wall times are therefore single-thread times.
+Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir(task=...)`; ``--task`` picks the task,
+`learning_catalog.py` holds the methods and each task's settings), sees the same prompts in the same order for a given
+seed (16 per step; selection and refill replace some from their side stream) with the same learning rate, loss and
+reward scaling; only the sampling differs. Tokens are counted at GRPOTrainer's generation call, identically for every
+method (every round, refill and replaced prompt counts). Runs go to two one-thread worker processes (faster than one
+two-thread process on 2 cores); wall times are therefore single-thread times.
 
-Reported (`learning_stats`): first, against GRPO n=4 on the seed-averaged curves read up to its token budget (its
-seed-averaged tokens at its last checkpoint), the primary Δ AUC (mean accuracy over tokens 0 to that budget, method
-minus GRPO n=4) with a 95% interval from a paired bootstrap over seeds; then Δ accuracy at 25%, 50% and 100% of the
-budget, the tokens and steps to 50%, 75% and 90% of GRPO n=4's gain as ratios to its own, and the tokens to GRPO n=4's
-final accuracy (a secondary: its target sits on the noisy flat end), each with its interval; under them the A/A floor,
-GRPO n=4's seeds split into random halves against each other, the range of each metric when nothing differs. Then, for
-the paper's own pairings that ran (`PAIRINGS`: Ada-Est against GRPO n=8, Seq against GRPO n=16, each ablation against
-its variant), the same comparison with the reference in GRPO n=4's place and the reference's own A/A floor. Then, as
-before: the tokens (and seconds) each method needs to reach GRPO n=4's final accuracy, read off the seed-averaged
-accuracy curves by linear interpolation at the first crossing, as a ratio to GRPO n=4's own with a 95% interval from a
-paired bootstrap over seeds (`paired_bootstrap`), and per seed (mean and sd); the area under each seed's accuracy curve
-up to the fewest tokens (seconds) any run reached; final accuracy (mean with its bootstrap interval, and per seed);
-completions generated per trained prompt; zero-std fraction of the groups handed to the loss, averaged over training;
-and, where the runs recorded them, pass@1/8/32, accuracy per level and the policy's mean token entropy on the held-out
-samples. Before the runs, the start model's own samples on the training prompts (16 per prompt) measure the testbed:
-the pass-rate mix (all right / all wrong in a group of 4), completion lengths of right and wrong samples, and how often
-each training prompt is visited. Writes JSON, a Markdown table and a PNG plot to ``--output-dir``.
+On the columns tasks (the current instrument, `benchmarks/results/columns/README.md`) every method is evaluated on one
+shared grid of generated-token counts and steps, on held-out correct-chain accuracy, and trains until both grids are
+covered (`grid_stats.py` and `learning_grid_report.py`: Δ AUC over tokens 0 to B, Δ at fixed budgets and at equal
+steps, tokens and steps to 50/75/90% of GRPO n=4's gain where the grid resolves them, the A/A floor over every split
+of GRPO n=4's seeds, the flawed share of rewarded samples at every checkpoint, GRPO n=4's gain per hard rule). The
+earlier tasks (arithmetic, reasoning, rules) evaluate every few steps and are summarised as their reports were
+(`learning_report.py`, `learning_stats.py`). `--baseline-from` takes GRPO n=4's runs from an earlier report made
+with the same settings after checking that its first seed trains the same numbers here (`learning_reproduce.py`).
+Before the runs, the start model's own samples on the training prompts measure the testbed: the pass-rate mix,
+completion lengths, visits per prompt, and, for a task built as an instrument, its properties. Writes JSON, a Markdown
+table and a PNG plot to ``--output-dir``.
 """
 
 from __future__ import annotations

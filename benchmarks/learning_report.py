@@ -450,18 +450,27 @@ def testbed_line(testbed: dict[str, Any]) -> str:
 
 
 def instrument_line(testbed: dict[str, Any]) -> str:
-    """The instrument's properties (`trl_ada.toy.rules.instrument_properties`) in one clause."""
+    """The instrument's properties (`trl_ada.toy.rules.instrument_properties`, `trl_ada.toy.columns.instrument`) in
+    one clause."""
     flawed = testbed["flawed_rewarded_share_low_p"]
+    low, high = testbed.get("hard_band", (0.01, 0.1))  # the rules task's reports predate the field
     rules = ", ".join(
         f"{rule} {cell['correct_chain_accuracy']:.2f}/{cell['median_correct_p']:.3f}/{cell['frac_zero']:.2f}"
         for rule, cell in testbed["by_rule"].items()
     )
+    data = ""
+    if "answer_prior_max" in testbed:
+        data = (
+            f"; the largest reward share of one constant answer on any rule {testbed['answer_prior_max']:.3f}, "
+            f"held-out hard items also in training {testbed['heldout_fact_overlap']:.3f}"
+        )
     return (
         f"; from {testbed['instrument_samples_per_prompt']} samples a prompt: flawed share of rewarded samples at "
         f"p <= 0.1 {'-' if flawed is None else f'{flawed:.3f}'} (of {testbed['rewarded_low_p']}), hard prompts at a "
-        f"correct-chain p in (0.01, 0.1] {testbed['frac_hard_low_p']:.2f} of all (hard {testbed['frac_hard']:.2f}, "
-        f"hard at 0 {testbed['frac_hard_zero']:.2f}); {testbed['distinct_prompts']} distinct prompts; per rule, "
-        f"correct-chain accuracy/median p/share at 0: {rules}"
+        f"correct-chain p in ({low:.3g}, {high:.3g}] {testbed['frac_hard_low_p']:.2f} of all "
+        f"(hard {testbed['frac_hard']:.2f}, hard at 0 {testbed['frac_hard_zero']:.2f}); "
+        f"{testbed['distinct_prompts']} distinct prompts; per rule, correct-chain accuracy/median p/share at 0: "
+        f"{rules}{data}"
     )
 
 

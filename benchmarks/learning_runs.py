@@ -104,6 +104,7 @@ def run_one(
         shuffle=not settings.get("match_tokens"),
         heldout_entropy=settings.get("heldout_entropy", False),
         callbacks=() if stop_after is None else (StopAfter(),),
+        stop_when_covered=bool(grids),  # the steps are a cap: stop once both frames are covered
         **grids,
     )
     print(

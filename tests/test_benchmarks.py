@@ -774,14 +774,14 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
     from trl_ada.toy import toy_model_dir
 
     cold = toy_model_dir(tmp_path / "cache", warmup=False, task="columns")
-    argv = ["--task", "columns", "--steps", "4", "--heldout", "8", "--heldout-samples", "2", "--prompts-per-step", "2"]
-    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "ada-positive", "--jobs", "1"]
+    argv = ["--task", "columns", "--steps", "3", "--heldout", "8", "--heldout-samples", "2", "--prompts-per-step", "2"]
+    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "recommended", "--jobs", "1"]
     argv += ["--model-dir", str(cold), "--no-heldout-entropy"]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     settings = report["settings"]
     grid = {"tokens": settings["token_grid"], "steps": settings["step_grid"]}
-    # B: 0.97 of 4 steps x 2 prompts x 4 completions x 14 tokens; the steps, geometric up to the 4th.
-    assert grid["tokens"][-1] == round(0.97 * 4 * 2 * 4 * 14) and grid["steps"] == [1, 2, 3, 4]
+    # B: 0.97 of 3 steps x 2 prompts x 4 completions x 14 tokens; the steps, geometric up to the 3rd.
+    assert grid["tokens"][-1] == round(0.97 * 3 * 2 * 4 * 14) and grid["steps"] == [1, 2, 3]
     for run in report["runs"]:
         served = sorted(i for c in run["checkpoints"] for i in c.get("token_points", ()))
         assert served == sorted(set(served))  # no point served twice
@@ -790,13 +790,13 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
             assert len(c["chain_correct"]) == 8 and sum(c["chain_correct"]) / 16 == pytest.approx(c["chain_accuracy"])
             assert "flawed_rewarded_share" in c
         steps = [c["step"] for c in run["checkpoints"] if c.get("step_point")]
-        assert steps == [0, 1, 2, 3, 4]
+        assert steps == [0, 1, 2, 3]
     grpo = [run for run in report["runs"] if run["key"] == "grpo-4"]
     assert all(sorted(i for c in run["checkpoints"] for i in c["token_points"]) == list(range(len(grid["tokens"])))
                for run in grpo)  # fmt: skip
     rows = {row["key"]: row for row in report["summary"]}
     assert set(rows["grpo-4"]["hard_chain_gain"]) == {"&", "~"}
-    assert "auc_delta" in rows["ada-positive"] and "steps_to_90_ratio_resolved" in rows["ada-positive"]
+    assert "auc_delta" in rows["recommended"] and "steps_to_90_ratio_resolved" in rows["recommended"]
     assert report["aa_floor"]["splits"] == 6  # C(4, 2) ordered pairs of halves
     assert report["testbed"]["instrument_samples_per_prompt"] == 128
     assert report["testbed"]["heldout_fact_overlap"] == 0.0

@@ -177,7 +177,11 @@ def test_flawed_shares_and_label_gain():
             "checkpoints": [
                 {"flawed_rewarded_share": 0.01, "chain_accuracy_by_label": {"&": 0.1, "~": 0.2}},
                 {"flawed_rewarded_share": None, "chain_accuracy_by_label": {"&": 0.15, "~": 0.2}},
-                {"flawed_rewarded_share": 0.05 + s / 100, "chain_accuracy_by_label": {"&": 0.3 + s / 10, "~": 0.2}},
+                {
+                    "flawed_rewarded_share": 0.05 + s / 100,
+                    "flawed_rewarded_share_by_label": {"&": 0.1 * s, "~": None},
+                    "chain_accuracy_by_label": {"&": 0.3 + s / 10, "~": 0.2},
+                },
             ],
         }
         for s in range(3)
@@ -185,6 +189,7 @@ def test_flawed_shares_and_label_gain():
     shares = gs.flawed_shares(runs)
     assert shares["max"] == pytest.approx(0.07) and shares["first"] == pytest.approx(0.01)
     assert shares["last"] == pytest.approx(0.06)
+    assert shares["max_by_label"] == {"&": pytest.approx(0.2)}  # a label with nothing rewarded has no share
     gain = gs.label_gain(runs, ["&", "~"])
     assert gain["&"]["gain"] == pytest.approx(0.3) and gain["&"]["per_seed"] == pytest.approx([0.2, 0.3, 0.4])
     assert gain["~"]["gain"] == 0 and gain["~"]["ci"] == [0, 0]

@@ -160,3 +160,85 @@ def test_heldout_entropy_is_taken_over_each_prompts_first_samples():
     everything = mean_token_entropy(model, tokenizer, [p for p in prompts for _ in range(n)], ids)
     assert curve.checkpoints[0].entropy == pytest.approx(expected, rel=1e-9)
     assert expected != pytest.approx(everything, rel=1e-9)  # the subset is not the whole, so the test can tell
+
+
+def test_heldout_curve_chain_measures_against_hand_counts(monkeypatch):
+    """On the columns task: correct chains, the flawed share of rewarded samples overall and per rule, from
+    completions given by hand (sampling replaced)."""
+    import datasets
+
+    from trl_ada.tools import heldout_curve
+    from trl_ada.tools.heldout_curve import GenerationCounter, HeldoutCurve
+
+    eos = 2
+    heldout = datasets.Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "385+652"}], [{"role": "user", "content": "647&222"}]],
+            "answer": ["1037", "1071"],
+            "rule": ["+", "&"],
+            "hard": [False, True],
+        }
+    )
+    texts = [
+        "07\n13\n10\n#1037",  # correct
+        "07\n12\n10\n#1037",  # flawed, rewarded
+        "11\n07\n10\n#1071",  # correct
+        "11\n07\n10\n#1072",  # right chain, wrong answer: not rewarded
+    ]
+    monkeypatch.setattr(heldout_curve, "sample_completions", lambda *args, **kwargs: (texts, [[5, eos]] * 4))
+    curve = HeldoutCurve(None, None, heldout, GenerationCounter(), 1, 2, seed=0, task="columns")
+    curve._evaluate(0)
+    point = curve.checkpoints[0]
+    assert point.accuracy == 3 / 4 and point.correct == (2, 1)
+    assert point.chain_accuracy == 2 / 4 and point.chain_correct == (1, 1)
+    assert point.flawed_rewarded_share == 1 / 3  # one of the three rewarded samples is flawed
+    assert point.flawed_rewarded_share_by_label == {"&": 0.0, "+": 0.5}
+    assert point.chain_accuracy_by_label == {"&": 0.5, "+": 0.5}
+
+
+def test_heldout_curve_serves_each_grid_point_once_at_the_first_step_past_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from trl_ada.tools.heldout_curve import GenerationCounter, HeldoutCurve
+    from trl_ada.toy import make_arithmetic_dataset
+
+    counter = GenerationCounter()
+    curve = HeldoutCurve(
+        None, None, make_arithmetic_dataset(2, seed=1), counter, None, 1, seed=0, token_grid=[10, 20, 25, 90],
+        step_grid=[2, 6],
+    )  # fmt: skip
+    evaluated = []
+    monkeypatch.setattr(
+        curve, "_evaluate", lambda step, points=None, on_grid=None: evaluated.append((step, points, on_grid))
+    )
+    curve.on_train_begin(None, None, None)
+    for step, tokens in enumerate([8, 16, 30, 38, 46, 54], start=1):
+        counter.completion_tokens = tokens
+        curve.on_step_end(None, SimpleNamespace(global_step=step, max_steps=6), None)
+    # Step 3 passes 20 and 25 at once; 90 is never reached; steps 2 and 6 are grid steps; 6 is also the last.
+    assert evaluated == [(0, (), True), (2, (0,), True), (3, (1, 2), False), (6, (), True)]
+
+
+def test_heldout_curve_stops_training_once_both_grids_are_covered(monkeypatch):
+    from types import SimpleNamespace
+
+    from trl_ada.tools.heldout_curve import GenerationCounter, HeldoutCurve
+    from trl_ada.toy import make_arithmetic_dataset
+
+    def run(tokens_per_step):
+        counter = GenerationCounter()
+        curve = HeldoutCurve(
+            None, None, make_arithmetic_dataset(2, seed=1), counter, None, 1, seed=0, token_grid=[10, 40],
+            step_grid=[2, 4], stop_when_covered=True,
+        )  # fmt: skip
+        monkeypatch.setattr(curve, "_evaluate", lambda *args: None)
+        for step in range(1, 20):
+            counter.completion_tokens = step * tokens_per_step
+            control = SimpleNamespace(should_training_stop=False)
+            curve.on_step_end(None, SimpleNamespace(global_step=step, max_steps=20), control)
+            if control.should_training_stop:
+                return step
+        return None
+
+    assert run(5) == 8  # cheap: the last grid step (4) passed, the token grid's end (40) reached at step 8
+    assert run(20) == 4  # dear: the token grid covered by step 2, the last grid step at 4

@@ -8,6 +8,8 @@ import pytest
 
 from trl_ada.toy import columns as C
 from trl_ada.toy import toy_task
+from trl_ada.toy.columns import curriculum as columns_warmup
+from trl_ada.toy.columns import problems
 
 # --------------------------------------------------------------------------------------------------------------------
 # Solutions, worked by hand
@@ -124,7 +126,7 @@ def test_train_rows_are_fresh_or_fixed_epochs():
     assert len(set(p[-1]["content"] for p in epochs["prompt"])) == C.EPOCH_PROMPTS
     mix = {rule: fresh["rule"].count(rule) / 4800 for rule in C.RULES}
     for rule, share in C.TRAIN_RULE_WEIGHTS.items():
-        assert abs(mix[rule] - share) < 0.03
+        assert abs(mix[rule] - share) < 0.025
 
 
 def test_heldout_holds_the_same_number_of_each_rule():
@@ -144,7 +146,7 @@ def test_curriculum_mixes_only_active_hard_rules():
     assert set(curriculum.weights()) == set(C.EASY_RULES)
     curriculum.phase = "hard"
     weights = curriculum.weights()
-    assert weights["&"] == weights["~"] == C.HARD_EXPOSURE and sum(weights.values()) == pytest.approx(1.0)
+    assert weights["&"] == weights["~"] == columns_warmup.HARD_EXPOSURE and sum(weights.values()) == pytest.approx(1.0)
     curriculum.active.discard("&")
     assert "&" not in curriculum.weights() and sum(curriculum.weights().values()) == pytest.approx(1.0)
 
@@ -188,19 +190,21 @@ def test_the_task_is_registered_with_its_chain_checker():
 
 
 def test_hard_items_need_the_octal_carries():
-    # 567 + 706 (octal): 7+6 = 15 carries, 6+0+1 = 7 does not, 5+7 = 14 carries: two columns, kept.
-    assert C._octal_add_items(int("567", 8), int("706", 8))
+    # 567 + 706 (octal): 7+6 = 15 carries, 6+0+1 = 7 does not, 5+7 = 14 carries: two columns, kept; 777 + 111
+    # carries in all three.
+    assert not problems._octal_add_items(int("777", 8), int("111", 8))
+    assert problems._octal_add_items(int("567", 8), int("706", 8))
     # 123 + 144: no column reaches 8, right by decimal habit: not an item of "&".
-    assert not C._octal_add_items(int("123", 8), int("144", 8))
+    assert not problems._octal_add_items(int("123", 8), int("144", 8))
     # 610 - 163 (octal): 0-3 borrows, 1-6-1 borrows, 6-1-1 = 4: kept; 675 - 123 borrows nowhere.
-    assert C._octal_subtract_items(int("610", 8), int("163", 8))
-    assert not C._octal_subtract_items(int("675", 8), int("123", 8))
+    assert problems._octal_subtract_items(int("610", 8), int("163", 8))
+    assert not problems._octal_subtract_items(int("675", 8), int("123", 8))
     rng = random.Random(2)
     for rule in C.HARD_RULES:
         for _ in range(300):
             _, a, b = C.parse(C.sample_expression(rng, rule))
-            carries = C._carries(C.RULES[rule].column, 8, a, b)
-            assert (sum(carries) >= 2) if rule == "&" else carries[:2] == [1, 1]
+            carries = problems._carries(C.RULES[rule].column, 8, a, b)
+            assert (sum(carries) == 2) if rule == "&" else carries[:2] == [1, 1]
 
 
 def test_a_wrong_line_example_teaches_the_answer_to_spell_the_lines():

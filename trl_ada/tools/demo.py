@@ -223,6 +223,7 @@ def train_toy(
     heldout_entropy: bool = False,
     token_grid: Sequence[int] | None = None,
     step_grid: Sequence[int] | None = None,
+    stop_when_covered: bool = False,
 ) -> ToyRun:
     """Train the toy model in ``model_dir`` with one method and measure accuracy against generated tokens and time.
 
@@ -235,7 +236,7 @@ def train_toy(
     order (TRL's seeded shuffle otherwise), so runs of different lengths over one ordered set share their prefix.
     ``heldout_entropy`` also measures the policy's mean token entropy at every held-out evaluation (`HeldoutCurve`).
     ``token_grid`` and ``step_grid`` evaluate at those generated-token counts and steps instead of every
-    ``eval_every`` steps (`HeldoutCurve`).
+    ``eval_every`` steps, and ``stop_when_covered`` ends training once both are covered (`HeldoutCurve`).
     """
     spec = METHODS[method] if isinstance(method, str) else method
     toy = toy_task(task)
@@ -270,6 +271,7 @@ def train_toy(
         entropy=heldout_entropy,
         token_grid=token_grid,
         step_grid=step_grid,
+        stop_when_covered=stop_when_covered,
     )
     log = StepLog(counter, prefix=f"{spec.label:>13} " if verbose else "", verbose=verbose)
     _replace_callbacks(trainer, (curve, log, *callbacks))

@@ -47,8 +47,10 @@ class Checkpoint:
     the sampled completions (`trl_ada.heldout.mean_token_entropy`; None unless asked for). For a task with a chain
     checker: ``chain_accuracy`` (the share of samples whose whole chain is right), ``chain_correct`` (per prompt),
     ``chain_accuracy_by_label`` and ``flawed_rewarded_share`` (the share of rewarded samples whose chain is not right;
-    None when none was rewarded). On a grid: ``token_points``, the indices of the token-grid points this evaluation
-    serves (the first step at or past each), and ``step_point``, whether its step is on the step grid.
+    None when none was rewarded), also per label (``flawed_rewarded_share_by_label``: the easy labels' many rewarded
+    samples would hide the hard ones' in the overall share). On a grid: ``token_points``, the indices of the
+    token-grid points this evaluation serves (the first step at or past each), and ``step_point``, whether its step
+    is on the step grid.
     """
 
     step: int
@@ -62,6 +64,7 @@ class Checkpoint:
     chain_correct: tuple[int, ...] | None = None
     chain_accuracy_by_label: dict[str, float] | None = None
     flawed_rewarded_share: float | None = None
+    flawed_rewarded_share_by_label: dict[str, float | None] | None = None
     token_points: tuple[int, ...] | None = None
     step_point: bool | None = None
 
@@ -92,7 +95,10 @@ class HeldoutCurve(TrainerCallback):
     has a chain checker (`trl_ada.toy.ToyTask.chain_verdicts`), its chain measures too (`Checkpoint`).
 
     A token-grid point is served by the end of the first step whose cumulative completion tokens reach it: one
-    evaluation serves every point a step passes. Every evaluation samples with the same seed, for every method.
+    evaluation serves every point a step passes. Every evaluation samples with the same seed, for every method. With
+    ``stop_when_covered``, training stops once every grid point has been evaluated (the run's ``max_steps`` is then
+    a cap): a method that spends fewer tokens a step trains on until it reaches the token grid's end, and one that
+    spends more stops at the step grid's end.
     """
 
     def __init__(
@@ -108,6 +114,7 @@ class HeldoutCurve(TrainerCallback):
         entropy: bool = False,
         token_grid: Sequence[int] | None = None,
         step_grid: Sequence[int] | None = None,
+        stop_when_covered: bool = False,
     ) -> None:
         gridded = token_grid is not None or step_grid is not None
         if not gridded and (every is None or every < 1):
@@ -120,6 +127,7 @@ class HeldoutCurve(TrainerCallback):
         self.token_grid = None if token_grid is None else list(token_grid)
         self.step_grid = None if step_grid is None else set(step_grid)
         self._next_token_point = 0
+        self.stop_when_covered = stop_when_covered
         self.task = toy_task(task)
         label_column = next((name for name in LABEL_COLUMNS if name in heldout.column_names), None)
         self.labels = None if label_column is None else list(heldout[label_column])
@@ -179,15 +187,22 @@ class HeldoutCurve(TrainerCallback):
         expressions = [prompt[-1]["content"] for prompt in self.heldout["prompt"] for _ in range(n)]
         right = [v == "correct" for v in verdicts_of(expressions, texts, completion_ids)]
         chain_correct = tuple(sum(right[i : i + n]) for i in range(0, len(right), n))
+        flawed = [r >= 1.0 and not ok for r, ok in zip(rewards, right, strict=True)]
         rewarded = sum(r >= 1.0 for r in rewards)
-        flawed = sum(r >= 1.0 and not ok for r, ok in zip(rewards, right, strict=True))
+        by_label = chain_by_label = None
+        if self.labels is not None:
+            chain_by_label = accuracy_by_label(chain_correct, n, self.labels)
+            by_label = {}
+            for label in sorted(set(self.labels), key=str):
+                rows = [i for i in range(len(rewards)) if self.labels[i // n] == label]
+                got = sum(rewards[i] >= 1.0 for i in rows)
+                by_label[str(label)] = sum(flawed[i] for i in rows) / got if got else None
         return {
             "chain_accuracy": sum(right) / len(right),
             "chain_correct": chain_correct,
-            "chain_accuracy_by_label": None
-            if self.labels is None
-            else accuracy_by_label(chain_correct, n, self.labels),
-            "flawed_rewarded_share": flawed / rewarded if rewarded else None,
+            "chain_accuracy_by_label": chain_by_label,
+            "flawed_rewarded_share": sum(flawed) / rewarded if rewarded else None,
+            "flawed_rewarded_share_by_label": by_label,
         }
 
     @functools.cached_property
@@ -221,6 +236,14 @@ class HeldoutCurve(TrainerCallback):
         on_step_grid = self.step_grid is not None and step in self.step_grid
         if served or on_step_grid or last:
             self._evaluate(step, tuple(served), on_step_grid)
+        if self.stop_when_covered and self.covered(step):
+            control.should_training_stop = True
+
+    def covered(self, step: int) -> bool:
+        """Whether every grid point has been evaluated by ``step``: each token point served and the last grid step
+        reached."""
+        tokens_done = self._next_token_point == len(self.token_grid or [])
+        return tokens_done and step >= max(self.step_grid or [0])
 
     @property
     def train_seconds(self) -> float:
