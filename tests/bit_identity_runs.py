@@ -3,7 +3,7 @@ recorded in `tests/data/bit_identity.json`: rounds, streaming, estimate with the
 pass-rate prompt selection.
 
 Run in a fresh process under pinned numerics (one thread, MKL's compatible branch, torch's AVX2 kernels; see
-`trl_ada.tools.reproducible`), each run on its own model built from `tests/data/bit_identity_model` (the toy model's
+`trl_ada.reproducible`), each run on its own model built from `tests/data/bit_identity_model` (the toy model's
 config and tokenizer; weights initialised from seed 0 here, so the runs depend on no toy task's code). It uses only
 the public API (`ReinforceAdaConfig`, `ReinforceAdaTrainer`) and one trainer seam, `_step_io`, through which the
 streaming run gets a deterministic engine: a backend on a simulated clock, whose completions finish out of request

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "bit_identity_runs.py"
 GOLDEN = HERE / "data" / "bit_identity.json"
 RUNS = ["estimate_with_memory", "refill_with_selection", "rounds", "streaming"]
-# What `trl-ada demo` pins (trl_ada.tools.reproducible): one thread, MKL's compatible branch, torch's AVX2 kernels.
+# What `trl-ada demo` pins (trl_ada.reproducible): one thread, MKL's compatible branch, torch's AVX2 kernels.
 PINNED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
