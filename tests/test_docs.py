@@ -282,6 +282,7 @@ README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
 WHEN_IT_PAYS_ROWS = ("recommended", "the paper's defaults", "Ada-Est", "GRPO n=16")
 INTERVAL = re.compile(r"^[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
+RATIO_INTERVAL = re.compile(r"^\d\.\d{2}x \[\d\.\d{2}, (\d\.\d{2}|inf)\]$")
 
 
 def when_it_pays_table() -> tuple[int, list[list[str]]]:
@@ -311,39 +312,47 @@ def test_the_when_it_pays_table_is_on_the_first_screen_with_a_row_per_configurat
         # Defined where first named: the row opens with the name and a clause saying what it is.
         assert row[0].startswith(f"**{name}**: ") and len(row[0]) > len(name) + 20, row[0]
         assert name not in before, f"{name!r} is named before the table defines it"
-        assert re.fullmatch(r"\d+(\.\d+)?", row[1]), row
-        assert all(INTERVAL.match(cell) or cell == "not measured" for cell in row[2:5]), row
+        assert re.fullmatch(r"\d+(\.\d+)?", row[1]) or row[1] == "not measured", row
+        assert all(INTERVAL.match(cell) or cell == "not measured" for cell in (row[2], row[4])), row
+        assert RATIO_INTERVAL.match(row[3]) or row[3] == "not measured", row
         assert re.fullmatch(r"\d+\.\d{2}", row[5]) or row[5] == "not measured", row
     # The one-line rule follows the table, on the first screen.
     after = text[text.index("## When it pays") : text.index("\n## Contents\n")]
     assert "\n**The rule:** " in after
 
 
+def _delta(value: float, interval: list[float]) -> str:
+    return f"{value:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+
+
 def test_the_when_it_pays_numbers_are_the_benchmarks_own():
-    """Every interval and samples-per-prompt figure in the table is written as the benchmarks write it; the GPU
-    step times are the H200 record's medians over GRPO n=4's."""
+    """The recommended row is the columns report's: its samples per prompt, Δ AUC, steps to 90% and Δ pass@32 at
+    GRPO n=4's tokens, each with its interval, formatted from the JSON; a fixed-size row draws its group; the GPU step
+    times are the H200 record's medians over GRPO n=4's."""
     _, rows = when_it_pays_table()
-    studies = [BENCHMARKS, *sorted(RESULTS.glob("*/README.md")), *sorted((RESULTS / "rules").glob("*.md"))]
-    benchmarks = " ".join(" ".join(path.read_text().split()) for path in studies)
-    quoted = [cell for row in rows for cell in row[2:5] if cell != "not measured"]
-    assert len(quoted) >= 10
-    assert not [cell for cell in quoted if cell not in benchmarks]
-    rules = " ".join((RESULTS / "rules" / "README.md").read_text().split())
-    drawn = (
-        "draws 6.07 completions per prompt",
-        "Seq-balanced draws 25.7",
-        "draws 8.00 completions per prompt",
-        "n=16",
-    )
-    for row, sentence in zip(rows, drawn, strict=True):
-        assert row[1] in sentence and sentence in rules, (row[1], sentence)
+    by_name = {row[0].split("**")[1]: row for row in rows}
+    report = json.loads((RESULTS / "columns" / "learning_per_token_columns_recommended.json").read_text())
+    assert len(report["seeds"]) == 10
+    summary = next(row for row in report["summary"] if row["key"] == "recommended")
+    pass32 = summary["heldout_vs_baseline"]["equal_tokens"]["pass@32"]
+    low, high = summary["steps_to_90_ratio_ci"]
+    expected = [
+        f"{summary['samples_per_prompt']:.2f}",
+        _delta(summary["auc_delta"], summary["auc_delta_ci"]),
+        f"{summary['steps_to_90_ratio']:.2f}x [{low:.2f}, {high:.2f}]",
+        _delta(pass32["delta"], pass32["ci"]),
+    ]
+    assert by_name["recommended"][1:5] == expected
+    assert by_name["GRPO n=16"][1] == "16" and by_name["Ada-Est"][1] == "8"
+    assert catalog_settings("ada-est")["samples_per_prompt_mean"] == 8
+    # A cell left unmeasured says so, and the README says where the superseded numbers are.
+    text = " ".join(README.read_text().split())
+    assert "benchmarks/results/rules/README.md#the-claims-table-on-the-rules-task" in text
     record = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
     runs = {run["run"]: run for run in map(json.loads, record.read_text().splitlines())}
     grpo = runs["grpo-4"]["median_step_s"]
-    by_name = {row[0].split("**")[1]: row[5] for row in rows}
-    assert by_name["recommended"] == f"{runs['ada-pos-4x2']['median_step_s'] / grpo:.2f}" == "1.60"
-    assert by_name["the paper's defaults"] == f"{runs['ada-bal-8x4']['median_step_s'] / grpo:.2f}" == "5.33"
-    assert by_name["Ada-Est"] == by_name["GRPO n=16"] == "not measured"
+    assert by_name["recommended"][5] == f"{runs['ada-pos-4x2']['median_step_s'] / grpo:.2f}" == "1.60"
+    assert by_name["the paper's defaults"][5] == f"{runs['ada-bal-8x4']['median_step_s'] / grpo:.2f}" == "5.33"
 
 
 def test_the_readme_links_the_reference_it_moved_to_docs():
@@ -490,9 +499,16 @@ def test_superseded_studies_say_so_and_why_first():
         paragraph = index[index.index(f"\n### {heading}\n") :].split("\n### ")[1]
         assert paragraph.split("\n", 2)[2].startswith("**Superseded**"), heading
         assert f"results/{folder}/README.md" in paragraph
+    # The rules task, superseded in turn by the columns task, says so and why on its first screen.
+    first_screen = " ".join((RESULTS / "rules" / "README.md").read_text().split("\n## ")[0].split())
+    assert "**Superseded** by the [columns task]" in first_screen and "answer prior" in first_screen
+    heading = "\n### The rules task: an instrument built on the paper's premises\n"
+    paragraph = index[index.index(heading) :].split("\n### ")[1]
+    assert paragraph.split("\n", 2)[2].startswith("**Superseded** by the columns task")
     # The summary is the current instrument's: it names the superseded tasks only as superseded.
-    summary = section(index, "Summary")
-    assert "rules task" in summary and "superseded by the rules task" in " ".join(summary.split())
+    summary = " ".join(section(index, "Summary").split())
+    assert "[columns task](results/columns/README.md)" in summary and "superseded" in summary
+    assert "rules task" in summary and "superseded by the rules task and then by the columns task" in summary
 
 
 # -------------------------------------------------------------------------------------------------------------------
@@ -541,4 +557,4 @@ def test_accuracy_differences_are_written_as_the_claims_table_writes_them():
         for doc in [*USER_DOCS, RESULTS / "rules" / "README.md"]
     }
     assert not any(found.values()), {doc: hits for doc, hits in found.items() if hits}
-    assert "+0.009 [+0.002, +0.015]" in section(BENCHMARKS.read_text(), "The paper's claims, one by one")
+    assert "+0.015 [-0.017, +0.045]" in section(BENCHMARKS.read_text(), "The paper's claims, one by one")
