@@ -191,7 +191,7 @@ def test_the_notebook_quotes_the_benchmarks_as_they_give_them():
         cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.cell_type == "markdown"
     )
     quoted = re.findall(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", text)
-    assert len(quoted) >= 6
+    assert len(quoted) >= 3  # the toy task's own two, and the current benchmark's recommended configuration
     studies = sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))
     benchmarks = " ".join(" ".join(path.read_text().split()) for path in [ROOT / "benchmarks" / "README.md", *studies])
     assert not [number for number in quoted if number not in benchmarks]
