@@ -119,6 +119,31 @@ def _completion_text(completion: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def final_answer_rewards(
+    completions: Sequence[Any],
+    answer: Sequence[str],
+    completion_ids: Sequence[Sequence[int]] | None,
+    final_at_end: re.Pattern[str],
+    max_completion_length: int,
+    eos_token_id: int,
+) -> list[float]:
+    """1.0 per completion whose text ends with ``final_at_end`` (group 1 equal to its answer) and was not truncated.
+
+    A completion was truncated when its ``completion_ids`` do not end with ``eos_token_id``; without ids, when its text
+    has ``max_completion_length`` characters or more (each character of a toy task is one token: no room left for EOS).
+    """
+    ids_per_completion = completion_ids if completion_ids is not None else [None] * len(completions)
+    rewards = []
+    for completion, target, ids in zip(completions, answer, ids_per_completion, strict=True):
+        text = _completion_text(completion)
+        truncated = (
+            (len(ids) == 0 or ids[-1] != eos_token_id) if ids is not None else len(text) >= max_completion_length
+        )
+        match = None if truncated else final_at_end.search(text)
+        rewards.append(1.0 if match is not None and match[1] == target else 0.0)
+    return rewards
+
+
 def arithmetic_reward(completions: Sequence[Any], answer: Sequence[str | int], **kwargs: Any) -> list[float]:
     """TRL reward function: 1.0 if the last integer in a completion equals the answer, else 0.0.
 

@@ -38,7 +38,7 @@ from typing import Any
 import datasets
 import transformers
 
-from .arithmetic import Split, _completion_text, problem_split
+from .arithmetic import Split, final_answer_rewards, problem_split
 from .registry import ToyTask
 from .sampling import sample_completions
 from .warmup import WarmupRecipe, supervised_warmup
@@ -216,16 +216,9 @@ def rules_reward(
     text has :data:`MAX_COMPLETION_LENGTH` characters or more (each character is one token, so it left no room for
     EOS). Other keyword arguments are ignored.
     """
-    ids_per_completion = completion_ids if completion_ids is not None else [None] * len(completions)
-    rewards = []
-    for completion, target, ids in zip(completions, answer, ids_per_completion, strict=True):
-        text = _completion_text(completion)
-        truncated = (
-            (len(ids) == 0 or ids[-1] != EOS_TOKEN_ID) if ids is not None else len(text) >= MAX_COMPLETION_LENGTH
-        )
-        match = None if truncated else _FINAL_AT_END.search(text)
-        rewards.append(1.0 if match is not None and match[1] == target else 0.0)
-    return rewards
+    return final_answer_rewards(
+        completions, answer, completion_ids, _FINAL_AT_END, MAX_COMPLETION_LENGTH, EOS_TOKEN_ID
+    )
 
 
 rules_reward.__name__ = "rules_reward"
