@@ -132,12 +132,13 @@ def grid_heldout_comparison(
     interval (`learning_stats.heldout_comparison`, on the grid's frames)."""
     base_runs, method_runs = in_baseline_steps(base_runs), in_baseline_steps(method_runs)
     differences = _seed_differences(base_runs, method_runs, grid_frames(grid), num_samples, chain=True)
-    rng = random.Random(seed)
+    # Each measure is resampled with its own generator, seeds in order, the way `grid_bootstrap` resamples them: the
+    # same quantity (chain accuracy at the last grid step) then reads the same interval here and in the main table.
     return {
         frame: {
             name: {
-                "delta": mean(list(v.values())),
-                "ci": _bootstrap_mean_interval(list(v.values()), BOOTSTRAP_RESAMPLES, rng),
+                "delta": mean([v[s] for s in sorted(v)]),
+                "ci": _bootstrap_mean_interval([v[s] for s in sorted(v)], BOOTSTRAP_RESAMPLES, random.Random(seed)),
             }
             for name, v in by_measure.items()
         }

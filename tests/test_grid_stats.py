@@ -170,6 +170,39 @@ def test_bootstrap_interval_covers_a_known_shift():
     assert low < 0.02 < high and low > 0
 
 
+def with_chain_counts(run, prompts=1000):
+    """``run`` with each checkpoint's held-out chain counts (one sample a prompt) spelling its chain accuracy, which is
+    rounded to what the counts can spell: pass@1 of the counts is then the same number as the accuracy."""
+    checkpoints = []
+    for checkpoint in run["checkpoints"]:
+        correct = round(checkpoint["chain_accuracy"] * prompts)
+        counts = [1] * correct + [0] * (prompts - correct)
+        checkpoints.append(checkpoint | {"chain_accuracy": correct / prompts, "chain_correct": counts})
+    return run | {"checkpoints": checkpoints}
+
+
+def test_heldout_table_reads_equal_steps_accuracy_as_the_main_table_does():
+    """The held-out table's pass@1 at equal steps and the main table's Δ at equal steps are one quantity (correct
+    chains at the step grid's last step): one delta, one interval, not two bootstraps of it."""
+    import learning_grid_report
+
+    base = [with_chain_counts(run) for run in baseline_runs()]
+    # Noise of its own (another generator) under the baseline's seed labels, so that the paired differences vary.
+    better = [
+        with_chain_counts(
+            simulate(100 + s, TOKENS_PER_STEP, lambda step, tokens: per_token(tokens) + 0.01) | {"seed": s}
+        )
+        for s in range(10)
+    ]
+    main = gs.comparison_with(base, better, GRID)
+    heldout = learning_grid_report.grid_heldout_comparison(base, better, GRID, num_samples=1)
+    pass_at_1 = heldout["equal_steps"]["pass@1"]
+    assert pass_at_1["delta"] == pytest.approx(main["acc_delta_equal_steps"], abs=1e-12)
+    assert pass_at_1["ci"] == pytest.approx(main["acc_delta_equal_steps_ci"], abs=1e-12)
+    low, high = pass_at_1["ci"]
+    assert high - low > 0.002 and low < 0.01 < high  # a real interval, around the shift that was put in
+
+
 def test_flawed_shares_and_label_gain():
     runs = [
         {
