@@ -18,8 +18,9 @@ metrics (``chain_accuracy``, the primary one; ``accuracy``, the reward's) and it
    baseline's gain as ratios, each reported only where the grid resolves it (`resolved_crossing`).
 3. Intervals: a paired bootstrap over seeds (`grid_bootstrap`) and the A/A floor from every split of the baseline's
    seeds into two halves (`grid_aa_floor`, enumerated, not sampled).
-4. The testbed during training: the flawed share of rewarded held-out samples at every checkpoint (`flawed_shares`)
-   and each hard rule's chain-accuracy gain (`label_gain`).
+4. The testbed during training: the flawed share of rewarded held-out samples at every checkpoint (`flawed_shares`),
+   each hard rule's chain-accuracy gain (`label_gain`), and whether the baseline's runs kept the testbed's bounds
+   (`testbed_during_training`).
 """
 
 from __future__ import annotations
@@ -301,6 +302,13 @@ def comparison_with(
 # --------------------------------------------------------------------------------------------------------------------
 
 
+# The testbed's bounds during the baseline's runs (benchmarks/results/columns/README.md): a rewarded held-out sample is
+# a real positive while at most this share of them has a flawed chain at every checkpoint, and the baseline teaches
+# every hard rule at least this much held-out correct-chain accuracy by the end of its run.
+FLAWED_SHARE_BOUND = 0.15
+HARD_GAIN_BOUND = 0.05
+
+
 def flawed_shares(runs: Sequence[Run]) -> dict[str, Any]:
     """The share of rewarded held-out samples whose chain is flawed, at every checkpoint of every run: the largest
     over checkpoints and seeds, the seeds' mean at the first and last checkpoint, per run its largest, and per label
@@ -340,3 +348,21 @@ def label_gain(
         resampled = [mean([rng.choice(gains) for _ in gains]) for _ in range(BOOTSTRAP_RESAMPLES)]
         result[label] = {"gain": mean(gains), "ci": percentile_interval(resampled), "per_seed": gains}
     return result
+
+
+def testbed_during_training(flawed: dict[str, Any], hard_gain: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether the baseline's runs kept the testbed's bounds, from `flawed_shares` and `label_gain` of its runs: the
+    seeds whose flawed share passed `FLAWED_SHARE_BOUND` at some checkpoint (in those runs the reward stopped
+    measuring the skill), and the hard rules whose mean gain fell short of `HARD_GAIN_BOUND`."""
+    seeds_over = sorted(
+        int(seed) for seed, share in (flawed.get("max_per_seed") or {}).items() if share > FLAWED_SHARE_BOUND
+    )
+    rules_short = [label for label, gain in hard_gain.items() if gain["gain"] < HARD_GAIN_BOUND]
+    return {
+        "flawed_share_bound": FLAWED_SHARE_BOUND,
+        "flawed_share_max": flawed.get("max"),
+        "seeds_over_flawed_bound": seeds_over,
+        "hard_gain_bound": HARD_GAIN_BOUND,
+        "rules_under_gain_bound": rules_short,
+        "holds": not seeds_over and not rules_short,
+    }

@@ -26,6 +26,7 @@ from grid_stats import (
     grid_aa_floor,
     label_gain,
     mean_frame_curve,
+    testbed_during_training,
 )
 from learning_catalog import BASELINE, PAIRINGS
 from learning_report import runs_by_method
@@ -109,6 +110,9 @@ def summarise_grid(
         if key == BASELINE:
             if hard_labels:
                 row["hard_chain_gain"] = label_gain(method_runs, hard_labels)
+                row["testbed_during_training"] = testbed_during_training(
+                    row["flawed_rewarded_share"], row["hard_chain_gain"]
+                )
         else:
             row |= comparison_with(base_runs, method_runs, grid, PRIMARY)
             reward = comparison_with(base_runs, method_runs, grid, SECONDARY)
@@ -348,6 +352,32 @@ def grid_details_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def testbed_line(row: dict[str, Any]) -> str:
+    """Whether GRPO n=4's runs kept the testbed's bounds during training (`grid_stats.testbed_during_training`), said
+    first where they did not: a seed past the flawed-share bound had its reward rise on flawed chains."""
+    check = row.get("testbed_during_training")
+    if not check:
+        return ""
+    over, short = check["seeds_over_flawed_bound"], check["rules_under_gain_bound"]
+    flawed = (
+        f"**past the bound {check['flawed_share_bound']:.2f} in seed{'s' if len(over) > 1 else ''} "
+        f"{', '.join(map(str, over))}** (at most {check['flawed_share_max']:.3f}): there the reward rose on flawed "
+        "chains and stopped measuring the skill; every comparison here reads correct chains"
+        if over
+        else f"at most {check['flawed_share_max']:.3f}, within the bound {check['flawed_share_bound']:.2f}"
+    )
+    gain = (
+        f"**below {check['hard_gain_bound']:.2f} on {', '.join(f'`{label}`' for label in short)}**"
+        if short
+        else f"at least {check['hard_gain_bound']:.2f} on every hard rule"
+    )
+    verdict = "held" if check["holds"] else "did not hold"
+    return (
+        f"The testbed during GRPO n=4's runs {verdict}: the flawed share of its rewarded held-out samples, at any "
+        f"checkpoint of any seed, {flawed}; its correct-chain gain {gain}."
+    )
+
+
 def grid_markdown(
     rows: Sequence[dict[str, Any]],
     floor: dict[str, Any] | None,
@@ -359,9 +389,10 @@ def grid_markdown(
     """The grid report's tables: the comparison with GRPO n=4 and its note, GRPO n=4's gain per hard rule, the
     details, the held-out measures, then the paper's pairings, each with its reference's own floors."""
     parts = [grid_comparison_table(rows, floor), grid_note(grid)]
-    gain = hard_gain_line(next((r for r in rows if r["key"] == BASELINE), {}))
-    if gain:
-        parts.append(gain)
+    baseline_row = next((r for r in rows if r["key"] == BASELINE), {})
+    for line in (hard_gain_line(baseline_row), testbed_line(baseline_row)):
+        if line:
+            parts.append(line)
     parts.append(grid_details_table(rows))
     heldout = grid_heldout_table(rows, heldout_floor)
     if heldout is not None:

@@ -226,3 +226,31 @@ def test_flawed_shares_and_label_gain():
     gain = gs.label_gain(runs, ["&", "~"])
     assert gain["&"]["gain"] == pytest.approx(0.3) and gain["&"]["per_seed"] == pytest.approx([0.2, 0.3, 0.4])
     assert gain["~"]["gain"] == 0 and gain["~"]["ci"] == [0, 0]
+
+
+def test_testbed_during_training_names_the_seeds_and_rules_past_its_bounds():
+    runs = [
+        {
+            "seed": s,
+            "checkpoints": [
+                {"flawed_rewarded_share": 0.01, "chain_accuracy_by_label": {"&": 0.1, "~": 0.2}},
+                # seed 2 ends with 0.16 of its rewarded samples flawed: past the 0.15 bound; 0.15 itself is within
+                {
+                    "flawed_rewarded_share": [0.02, 0.15, 0.16][s],
+                    "chain_accuracy_by_label": {"&": 0.5, "~": 0.2 + 0.02 * s},
+                },
+            ],
+        }
+        for s in range(3)
+    ]
+    check = gs.testbed_during_training(gs.flawed_shares(runs), gs.label_gain(runs, ["&", "~"]))
+    # `~` gains 0, 0.02, 0.04: a mean of 0.02, short of 0.05; `&` gains 0.4
+    assert check["seeds_over_flawed_bound"] == [2] and check["rules_under_gain_bound"] == ["~"]
+    assert check["flawed_share_max"] == pytest.approx(0.16) and check["holds"] is False
+
+    import learning_grid_report
+
+    line = learning_grid_report.testbed_line({"testbed_during_training": check})
+    assert "did not hold" in line and "seed 2" in line and "`~`" in line
+    clean = [run | {"checkpoints": run["checkpoints"][:1]} for run in runs]
+    assert gs.testbed_during_training(gs.flawed_shares(clean), {})["holds"] is True
