@@ -353,7 +353,8 @@ def label_gain(
 def testbed_during_training(flawed: dict[str, Any], hard_gain: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Whether the baseline's runs kept the testbed's bounds, from `flawed_shares` and `label_gain` of its runs: the
     seeds whose flawed share passed `FLAWED_SHARE_BOUND` at some checkpoint (in those runs the reward stopped
-    measuring the skill), and the hard rules whose mean gain fell short of `HARD_GAIN_BOUND`."""
+    measuring the skill), the hard rules whose mean gain fell short of `HARD_GAIN_BOUND`, and whether both bounds held
+    (None where no flawed share was measured)."""
     seeds_over = sorted(
         int(seed) for seed, share in (flawed.get("max_per_seed") or {}).items() if share > FLAWED_SHARE_BOUND
     )
@@ -364,5 +365,6 @@ def testbed_during_training(flawed: dict[str, Any], hard_gain: dict[str, dict[st
         "seeds_over_flawed_bound": seeds_over,
         "hard_gain_bound": HARD_GAIN_BOUND,
         "rules_under_gain_bound": rules_short,
-        "holds": not seeds_over and not rules_short,
+        # None: nothing failed, but no checkpoint had a rewarded sample whose chain could be judged
+        "holds": False if seeds_over or rules_short else (None if flawed.get("max") is None else True),
     }

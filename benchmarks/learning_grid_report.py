@@ -359,19 +359,22 @@ def testbed_line(row: dict[str, Any]) -> str:
     if not check:
         return ""
     over, short = check["seeds_over_flawed_bound"], check["rules_under_gain_bound"]
-    flawed = (
-        f"**past the bound {check['flawed_share_bound']:.2f} in seed{'s' if len(over) > 1 else ''} "
-        f"{', '.join(map(str, over))}** (at most {check['flawed_share_max']:.3f}): there the reward rose on flawed "
-        "chains and stopped measuring the skill; every comparison here reads correct chains"
-        if over
-        else f"at most {check['flawed_share_max']:.3f}, within the bound {check['flawed_share_bound']:.2f}"
-    )
+    if over:
+        flawed = (
+            f"**past the bound {check['flawed_share_bound']:.2f} in seed{'s' if len(over) > 1 else ''} "
+            f"{', '.join(map(str, over))}** (at most {check['flawed_share_max']:.3f}): there the reward rose on "
+            "flawed chains and stopped measuring the skill; every comparison here reads correct chains"
+        )
+    elif check["flawed_share_max"] is None:  # no checkpoint had a rewarded sample to judge
+        flawed = "not measured (no rewarded held-out sample at any checkpoint)"
+    else:
+        flawed = f"at most {check['flawed_share_max']:.3f}, within the bound {check['flawed_share_bound']:.2f}"
     gain = (
         f"**below {check['hard_gain_bound']:.2f} on {', '.join(f'`{label}`' for label in short)}**"
         if short
         else f"at least {check['hard_gain_bound']:.2f} on every hard rule"
     )
-    verdict = "held" if check["holds"] else "did not hold"
+    verdict = {True: "held", False: "did not hold", None: "was not fully measured"}[check["holds"]]
     return (
         f"The testbed during GRPO n=4's runs {verdict}: the flawed share of its rewarded held-out samples, at any "
         f"checkpoint of any seed, {flawed}; its correct-chain gain {gain}."

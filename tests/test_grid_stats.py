@@ -254,3 +254,8 @@ def test_testbed_during_training_names_the_seeds_and_rules_past_its_bounds():
     assert "did not hold" in line and "seed 2" in line and "`~`" in line
     clean = [run | {"checkpoints": run["checkpoints"][:1]} for run in runs]
     assert gs.testbed_during_training(gs.flawed_shares(clean), {})["holds"] is True
+    # No rewarded sample anywhere (a short run): nothing to judge, which is not a pass
+    unjudged = [{"seed": 0, "checkpoints": [{"flawed_rewarded_share": None}]}]
+    check = gs.testbed_during_training(gs.flawed_shares(unjudged), {})
+    assert check["holds"] is None
+    assert "was not fully measured" in learning_grid_report.testbed_line({"testbed_during_training": check})
