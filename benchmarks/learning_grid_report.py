@@ -407,7 +407,9 @@ def grid_markdown(
         group = [r for r in pairs if r["reference"] == reference]
         name = group[0]["reference_method"]
         floors = (pair_floors or {}).get(reference, {})
-        parts.append(f"**Against {name} (`{reference}`)**, the paper's pairing, with {name}'s own A/A floor:")
+        parts.append(
+            f"**Against {name} (`{reference}`)**, a pairing of the claims table, with the reference's own A/A floor:"
+        )
         parts.append(grid_comparison_table(group, floors.get("aa_floor"), reference=name))
         table = grid_heldout_table(group, floors.get("heldout_aa_floor"), reference=name)
         if table is not None:
