@@ -31,7 +31,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from learning_stats import area_under_curve, crossing, mean, percentile_interval, value_at
+from learning_stats import _by_seed, area_under_curve, crossing, mean, percentile_interval, value_at
 
 Run = dict[str, Any]
 Curve = dict[str, list[float]]  # "x" (tokens or steps), "y" (the metric), "tokens", "step"
@@ -200,15 +200,6 @@ def compare_runs(
 # --------------------------------------------------------------------------------------------------------------------
 # 3. Intervals
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def _by_seed(base_runs: Sequence[Run], method_runs: Sequence[Run]) -> tuple[dict, dict, list[int]]:
-    base = {run["seed"]: run for run in base_runs}
-    mine = {run["seed"]: run for run in method_runs}
-    seeds = sorted(set(base) & set(mine))
-    if not seeds:
-        raise ValueError("the baseline and the method share no seed")
-    return base, mine, seeds
 
 
 def _interval(comparisons: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -136,16 +136,18 @@ def grid_heldout_comparison(
     interval (`learning_stats.heldout_comparison`, on the grid's frames)."""
     base_runs, method_runs = in_baseline_steps(base_runs), in_baseline_steps(method_runs)
     differences = _seed_differences(base_runs, method_runs, grid_frames(grid), num_samples, chain=True)
-    # Each measure is resampled with its own generator, seeds in order, the way `grid_bootstrap` resamples them: the
-    # same quantity (chain accuracy at the last grid step) then reads the same interval here and in the main table.
-    return {
-        frame: {
-            name: {
-                "delta": mean([v[s] for s in sorted(v)]),
-                "ci": _bootstrap_mean_interval([v[s] for s in sorted(v)], BOOTSTRAP_RESAMPLES, random.Random(seed)),
-            }
-            for name, v in by_measure.items()
+
+    def compared(values: list[float]) -> dict[str, Any]:
+        # Each measure is resampled with a generator of its own over the seeds in order (`_seed_differences` lists
+        # them sorted), as `grid_bootstrap` resamples them: the same quantity (chain accuracy at the last grid step)
+        # then reads the same interval here and in the main table.
+        return {
+            "delta": mean(values),
+            "ci": _bootstrap_mean_interval(values, BOOTSTRAP_RESAMPLES, random.Random(seed)),
         }
+
+    return {
+        frame: {name: compared(list(by_seed.values())) for name, by_seed in by_measure.items()}
         for frame, by_measure in differences.items()
     }
 
