@@ -31,7 +31,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from learning_stats import _by_seed, area_under_curve, crossing, mean, percentile_interval, value_at
+from learning_stats import area_under_curve, crossing, mean, paired_by_seed, percentile_interval, value_at
 
 Run = dict[str, Any]
 Curve = dict[str, list[float]]  # "x" (tokens or steps), "y" (the metric), "tokens", "step"
@@ -222,7 +222,7 @@ def grid_bootstrap(
 ) -> dict[str, dict[str, Any]]:
     """A paired bootstrap over seeds: each resample draws the seeds both ran, with replacement, and compares the
     baseline's and the method's mean curves over those same seeds. Per metric its 95% interval (`_interval`)."""
-    base, mine, seeds = _by_seed(base_runs, method_runs)
+    base, mine, seeds = paired_by_seed(base_runs, method_runs)
     rng = random.Random(seed)
     comparisons = []
     for _ in range(resamples):

@@ -251,7 +251,9 @@ def _median(values: Sequence[float]) -> float:
     return low if low == high else (low + high) / 2
 
 
-def _by_seed(base_runs: Sequence[Run], method_runs: Sequence[Run]) -> tuple[dict, dict, list[int]]:
+def paired_by_seed(base_runs: Sequence[Run], method_runs: Sequence[Run]) -> tuple[dict, dict, list[int]]:
+    """The baseline's and the method's runs keyed by seed, and the seeds both have, sorted: the pairs every paired
+    statistic here and in `grid_stats` is computed over."""
     base = {run["seed"]: run for run in base_runs}
     mine = {run["seed"]: run for run in method_runs}
     seeds = sorted(set(base) & set(mine))
@@ -273,7 +275,7 @@ def paired_bootstrap_comparison(
     same seeds (so that the prompts and sampling a seed shares between methods cancel out) and compares the two
     curves, with that resample's budget and gain. A ratio's upper end is None when more than 2.5% of the resamples
     never reach the target."""
-    base, mine, seeds = _by_seed(base_runs, method_runs)
+    base, mine, seeds = paired_by_seed(base_runs, method_runs)
     rng = random.Random(seed)
     comparisons = []
     for _ in range(resamples):
@@ -357,7 +359,7 @@ def paired_bootstrap(
     the ratio is computed as for the point estimate (crossings of the seed-averaged curves at the baseline's
     seed-averaged final accuracy; with ``match_tokens`` the method's curve is cut at the resample's baseline token
     budget, as in `summarise`); a method that never reaches the target counts as an infinite ratio."""
-    base, mine, seeds = _by_seed(base_runs, method_runs)
+    base, mine, seeds = paired_by_seed(base_runs, method_runs)
     rng = random.Random(seed)
     ratios: dict[str, list[float]] = {"tokens": [], "seconds": []}
     finals = []
@@ -458,7 +460,7 @@ def _seed_differences(
 ) -> dict[str, dict[str, dict[int, float]]]:
     """frame -> measure -> seed -> the method's measure minus the baseline's, for the seeds both ran and the
     measures both recorded."""
-    base, mine, seeds = _by_seed(base_runs, method_runs)
+    base, mine, seeds = paired_by_seed(base_runs, method_runs)
     differences: dict[str, dict[str, dict[int, float]]] = {}
     for frame, (column, x) in frames.items():
         per_seed = {
