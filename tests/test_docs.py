@@ -280,7 +280,7 @@ def test_the_readme_s_first_screen_says_what_has_run_where():
 
 README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
-WHEN_IT_PAYS_ROWS = ("recommended", "the paper's defaults", "Ada-Est", "GRPO n=16")
+WHEN_IT_PAYS_ROWS = ("recommended", "the paper's defaults", "Ada-Est", "Seq-positive", "GRPO n=16")
 INTERVAL = re.compile(r"^[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
 RATIO_INTERVAL = re.compile(r"^\d\.\d{2}x \[\d\.\d{2}, (\d\.\d{2}|inf)\]$")
 
@@ -326,7 +326,7 @@ def _delta(value: float, interval: list[float]) -> str:
 
 
 def test_the_when_it_pays_numbers_are_the_benchmarks_own():
-    """The recommended row is the columns report's: its samples per prompt, Δ AUC, steps to 90% and Δ pass@32 at
+    """Each measured row is the columns report's: its samples per prompt, Δ AUC, steps to 90% and Δ pass@32 at
     GRPO n=4's tokens, each with its interval, formatted from the JSON; a fixed-size row draws its group; the GPU step
     times are the H200 record's medians over GRPO n=4's."""
     _, rows = when_it_pays_table()
@@ -350,7 +350,15 @@ def test_the_when_it_pays_numbers_are_the_benchmarks_own():
     est = measured("columns_epochs_est", "ada-est")
     assert est[0] == "8.00" and by_name["Ada-Est"][1:5] == ["8", *est[1:]]
     assert "four passes" in by_name["Ada-Est"][0] and "`columns-epochs`" in by_name["Ada-Est"][0]
-    assert by_name["GRPO n=16"][1] == "16"
+    assert by_name["Seq-positive"][1:5] == measured("columns_recommended", "ada-positive")
+    grpo16 = measured("columns_recommended", "grpo-16")
+    assert grpo16[0] == "16.00" and by_name["GRPO n=16"][1:5] == ["16", *grpo16[1:]]
+    # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
+    assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
+    from trl_ada import ReinforceAdaConfig
+
+    defaults = {f.name: f.default for f in fields(ReinforceAdaConfig)}
+    assert (defaults["samples_per_round"], defaults["max_rounds"]) == (8, 4)
     assert catalog_settings("ada-est")["samples_per_prompt_mean"] == 8
     # A cell left unmeasured says so, and the README says where the superseded numbers are.
     text = " ".join(README.read_text().split())
