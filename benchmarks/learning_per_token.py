@@ -4,6 +4,7 @@ selection, the pilot, the memory baseline, and Reinforce-Ada (Seq positive/balan
     python benchmarks/learning_per_token.py --task columns --methods grpo-4 recommended  # the current instrument
     python benchmarks/learning_per_token.py --task columns --warm-seed 1 --testbed-only  # another warm model's testbed
     python benchmarks/learning_per_token.py --combine a.json b.json --name all  # one table over reports' seeds
+    python benchmarks/learning_per_token.py --combine a.json --drop-seeds 7 8 --name some  # rests on two seeds?
     python benchmarks/learning_per_token.py --verify a.json --seeds 0 --methods grpo-4  # does a run reproduce here?
     python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
 
@@ -75,12 +76,15 @@ from machine import describe, machine_info
 from trl_ada.toy.registry import TASKS, toy_task
 
 
-def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | None) -> list[dict[str, Any]]:
+def combine_reports(
+    reports: Sequence[dict[str, Any]], methods: Sequence[str] | None, drop_seeds: Sequence[int] = ()
+) -> list[dict[str, Any]]:
     """The runs of several reports made with the same settings (seeds run in chunks, or on several machines), for one
-    summary over all their seeds: only ``methods`` (default: every method found). A run found again unchanged (the
-    copy of GRPO n=4's runs a ``--baseline-from`` report carries) counts once. Refuses reports whose settings differ,
-    a (seed, method) run found twice with different measurements, and a method whose seeds are not the baseline's
-    (the bootstrap pairs them)."""
+    summary over all their seeds: only ``methods`` (default: every method found), every method's runs of
+    ``drop_seeds`` left out (a sensitivity check: does a verdict rest on a few seeds?). A run found again unchanged
+    (the copy of GRPO n=4's runs a ``--baseline-from`` report carries) counts once. Refuses reports whose settings
+    differ, a (seed, method) run found twice with different measurements, and a method whose seeds are not the
+    baseline's (the bootstrap pairs them)."""
     if not reports:
         raise SystemExit("--combine needs at least one report")
     first = reports[0]["settings"]
@@ -91,7 +95,7 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
     runs: dict[tuple[str, int], dict[str, Any]] = {}  # in the reports' order
     for report in reports:
         for run in report["runs"]:
-            if methods is not None and run["key"] not in methods:
+            if (methods is not None and run["key"] not in methods) or run["seed"] in drop_seeds:
                 continue
             if runs.get((run["key"], run["seed"]), run) != run:
                 raise SystemExit(
@@ -113,7 +117,7 @@ def combine_reports(reports: Sequence[dict[str, Any]], methods: Sequence[str] | 
 # Settings that change what is measured, not what is trained: `--combine` pools reports that differ in them.
 MEASURED_ONLY = {"heldout_entropy"}
 # The options `--combine` uses; every other option shapes a training run, and `--combine` refuses it.
-COMBINE_OPTIONS = {"combine", "methods", "output_dir", "name"}
+COMBINE_OPTIONS = {"combine", "methods", "drop_seeds", "output_dir", "name"}
 
 
 def settings_differences(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
@@ -190,6 +194,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "one run over all their seeds; the testbed is the first report's",
     )
     parser.add_argument(
+        "--drop-seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="with --combine: leave these seeds out of every method, to see whether a verdict rests on them",
+    )
+    parser.add_argument(
         "--baseline-from",
         type=pathlib.Path,
         metavar="REPORT",
@@ -220,6 +231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ]
         if ignored:
             parser.error(f"--combine trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
+    elif args.drop_seeds is not None:
+        parser.error("--drop-seeds leaves seeds out of a --combine; to train fewer seeds, give --seeds")
     if args.methods is None and args.combine is None:
         args.methods = [m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS]
         if args.baseline_from is not None:
@@ -349,7 +362,7 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
     reports = [json.loads(path.read_text()) for path in args.combine]
     for report in reports:
         report["settings"] = EARLIEST_SETTINGS | report["settings"]
-    runs = combine_reports(reports, args.methods)
+    runs = combine_reports(reports, args.methods, args.drop_seeds or ())
     seeds = sorted({run["seed"] for run in runs})
     report = {
         "command": _command(argv),
@@ -366,6 +379,8 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
         "elapsed_seconds": round(sum(r["elapsed_seconds"] for r in reports), 1),
         "testbed": reports[0].get("testbed"),  # None: a report from before the testbed was measured
     }
+    if args.drop_seeds:
+        report["dropped_seeds"] = sorted(args.drop_seeds)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     return write_results(report, runs, args.output_dir, args.name or "learning_per_token_combined")
 

@@ -364,6 +364,34 @@ def test_combine_pools_reports_that_differ_only_in_what_they_measure():
     assert len(learning_per_token.combine_reports([old, new], None)) == 2
 
 
+def test_combine_drop_seeds_leaves_those_seeds_out_of_every_method(tmp_path, capsys):
+    # "ada" ends 0.10 above GRPO n=4 on seeds 0-2 and 0.10 below on seed 3: over all four seeds its final accuracy is
+    # +0.05 ahead; without seed 3, +0.10.
+    def grpo(seed):
+        return fake_run("grpo-4", seed, [0, 1000, 2000], [0.40, 0.45, 0.50])
+
+    def ada(seed):
+        return fake_run("ada-positive", seed, [0, 1000, 2000], [0.40, 0.45, 0.40 if seed == 3 else 0.60])
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(fake_report([0, 1, 2, 3], [*map(grpo, range(4)), *map(ada, range(4))])))
+    out = ["--output-dir", str(tmp_path)]
+    every = learning_per_token.main(["--combine", str(path), *out, "--name", "every"])
+    kept = learning_per_token.main(["--combine", str(path), "--drop-seeds", "3", *out, "--name", "kept"])
+    final = {
+        name: {row["key"]: row["final_accuracy"] for row in report["summary"]}
+        for name, report in (("every", every), ("kept", kept))
+    }
+    assert final["every"]["ada-positive"] - final["every"]["grpo-4"] == pytest.approx(0.05)
+    assert final["kept"]["ada-positive"] - final["kept"]["grpo-4"] == pytest.approx(0.10)
+    assert kept["seeds"] == [0, 1, 2] and kept["dropped_seeds"] == [3] and "dropped_seeds" not in every
+    assert all(row["seeds"] == [0, 1, 2] for row in kept["summary"])
+    # Without --combine it would be ignored: refused.
+    with pytest.raises(SystemExit) as exit_info:
+        learning_per_token.parse_args(["--seeds", "0", "1", "--drop-seeds", "1"])
+    assert exit_info.value.code == 2 and "--drop-seeds leaves seeds out of a --combine" in capsys.readouterr().err
+
+
 def test_combine_refuses_training_flags_it_would_ignore(capsys):
     with pytest.raises(SystemExit) as exit_info:
         learning_per_token.parse_args(["--combine", "a.json", "--seeds", "0", "1", "--learning-rate", "2e-4"])
