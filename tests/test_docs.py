@@ -351,6 +351,8 @@ def test_the_when_it_pays_numbers_are_the_benchmarks_own():
     assert est[0] == "8.00" and by_name["Ada-Est"][1:5] == ["8", *est[1:]]
     assert "four passes" in by_name["Ada-Est"][0] and "`columns-epochs`" in by_name["Ada-Est"][0]
     assert by_name["Seq-positive"][1:5] == measured("columns_recommended", "ada-positive")
+    assert by_name["the paper's defaults"][1:5] == measured("columns_recommended", "ada-balanced")
+    assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
     grpo16 = measured("columns_recommended", "grpo-16")
     assert grpo16[0] == "16.00" and by_name["GRPO n=16"][1:5] == ["16", *grpo16[1:]]
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
