@@ -280,7 +280,14 @@ def test_the_readme_s_first_screen_says_what_has_run_where():
 
 README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
-WHEN_IT_PAYS_ROWS = ("recommended", "the paper's defaults", "Ada-Est", "Seq-positive", "GRPO n=16")
+WHEN_IT_PAYS_ROWS = (
+    "recommended",
+    "the paper's defaults",
+    "Ada-Est",
+    "Seq-positive",
+    "GRPO n=16",
+    "the memory baseline",
+)
 INTERVAL = re.compile(r"^[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
 RATIO_INTERVAL = re.compile(r"^\d\.\d{2}x \[\d\.\d{2}, (\d\.\d{2}|inf)\]$")
 
@@ -355,6 +362,19 @@ def test_the_when_it_pays_numbers_are_the_benchmarks_own():
     assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
     grpo16 = measured("columns_recommended", "grpo-16")
     assert grpo16[0] == "16.00" and by_name["GRPO n=16"][1:5] == ["16", *grpo16[1:]]
+    memory = measured("columns_epochs_est", "memory-2")
+    assert memory[0] == "2.00" and by_name["the memory baseline"][1:5] == ["2", *memory[1:]]
+    # The row names the options the benchmark trained, and its prompts a step are twice GRPO n=4's.
+    assert catalog_settings("memory-2") == {
+        "num_generations": 2,
+        "sampling_strategy": "uniform",
+        "advantage_baseline": "memory",
+        "pass_rate_decay": 0.7,
+    }
+    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"][0]
+    from learning_catalog import PROMPTS_FACTOR  # importable once catalog_settings put benchmarks/ on the path
+
+    assert "twice the prompts" in by_name["the memory baseline"][0] and PROMPTS_FACTOR["memory-2"] == 2
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
     assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
     from trl_ada import ReinforceAdaConfig
@@ -433,6 +453,14 @@ def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
     text = section(CONFIGURATION.read_text(), "Choosing a configuration")
     (snippet,) = [body for language, body in code_blocks(text) if '"estimate"' in body]
     assert snippet_settings(snippet) == catalog_settings("ada-est")
+
+
+def test_the_memory_baseline_snippet_is_the_configuration_the_benchmark_measured():
+    """docs/configuration.md quotes the memory baseline's ten-seed numbers under its snippet: the snippet sets what
+    `memory-2` in benchmarks/learning_catalog.py trains with, and nothing else."""
+    text = section(CONFIGURATION.read_text(), "Choosing a configuration")
+    (snippet,) = [body for language, body in code_blocks(text) if 'advantage_baseline="memory"' in body]
+    assert snippet_settings(snippet) == catalog_settings("memory-2")
 
 
 # -------------------------------------------------------------------------------------------------------------------
