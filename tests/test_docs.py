@@ -372,9 +372,8 @@ def test_the_when_it_pays_numbers_are_the_benchmarks_own():
         "pass_rate_decay": 0.7,
     }
     assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"][0]
-    from learning_catalog import PROMPTS_FACTOR  # importable once catalog_settings put benchmarks/ on the path
-
-    assert "twice the prompts" in by_name["the memory baseline"][0] and PROMPTS_FACTOR["memory-2"] == 2
+    assert "twice the prompts" in by_name["the memory baseline"][0]
+    assert learning_catalog().PROMPTS_FACTOR["memory-2"] == 2
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
     assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
     from trl_ada import ReinforceAdaConfig
@@ -419,12 +418,18 @@ def snippet_settings(snippet: str) -> dict[str, object]:
     return {name: ast.literal_eval(value) for name, value in re.findall(r"^\s*(\w+)=([^,]+),", snippet, re.M)}
 
 
+def learning_catalog():
+    """benchmarks/learning_catalog.py, the methods the learning benchmark trains (benchmarks/ is not a package)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    import learning_catalog
+
+    return learning_catalog
+
+
 def catalog_settings(key: str) -> dict[str, object]:
     """What the benchmark's catalog trains as `key`: group, strategy and every option."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from learning_catalog import CATALOG
-
-    measured = CATALOG[key][0]
+    measured = learning_catalog().CATALOG[key][0]
     return {"num_generations": measured.num_generations, "sampling_strategy": measured.strategy} | dict(
         measured.options
     )
@@ -447,20 +452,14 @@ def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_
     assert "uniform" in comment and "default 8" in comment
 
 
-def test_the_estimate_snippet_is_the_configuration_the_benchmark_measured():
-    """docs/configuration.md quotes Ada-Est's ten-seed numbers under its snippet: the snippet must set what `ada-est`
-    in benchmarks/learning_catalog.py trains with (group, strategy and every option), and nothing else."""
+@pytest.mark.parametrize(("marker", "key"), [('"estimate"', "ada-est"), ('advantage_baseline="memory"', "memory-2")])
+def test_a_configuration_snippet_is_the_configuration_the_benchmark_measured(marker, key):
+    """docs/configuration.md quotes Ada-Est's and the memory baseline's ten-seed numbers under their snippets: each
+    snippet must set what `key` in benchmarks/learning_catalog.py trains with (group, strategy and every option), and
+    nothing else."""
     text = section(CONFIGURATION.read_text(), "Choosing a configuration")
-    (snippet,) = [body for language, body in code_blocks(text) if '"estimate"' in body]
-    assert snippet_settings(snippet) == catalog_settings("ada-est")
-
-
-def test_the_memory_baseline_snippet_is_the_configuration_the_benchmark_measured():
-    """docs/configuration.md quotes the memory baseline's ten-seed numbers under its snippet: the snippet sets what
-    `memory-2` in benchmarks/learning_catalog.py trains with, and nothing else."""
-    text = section(CONFIGURATION.read_text(), "Choosing a configuration")
-    (snippet,) = [body for language, body in code_blocks(text) if 'advantage_baseline="memory"' in body]
-    assert snippet_settings(snippet) == catalog_settings("memory-2")
+    (snippet,) = [body for language, body in code_blocks(text) if marker in body]
+    assert snippet_settings(snippet) == catalog_settings(key)
 
 
 # -------------------------------------------------------------------------------------------------------------------
