@@ -146,6 +146,10 @@ CATALOG |= {
     # Seq-balanced's own mean samples per prompt on the rules task (25.7 over ten seeds; Seq-positive's, 15.6, is
     # GRPO n=16's).
     "grpo-26": (_method("GRPO n=26", 26), 6.5),
+    # Equal-inference partners on the columns task: GRPO at Seq-positive's and Seq-balanced's own mean samples per
+    # prompt there (10.6-12.2 and 20.0 over ten seeds), so that a pairing reads the exit rule, not the extra samples.
+    "grpo-11": (_method("GRPO n=11", 11), 2.75),
+    "grpo-20": (_method("GRPO n=20", 20), 5),
 }
 # Methods that generate at least twice GRPO n=4's tokens a step train its steps, not MATCH_TOKENS times as many: they
 # pass its token budget on the way, so one run serves both frames (equal tokens and equal steps).
@@ -156,6 +160,8 @@ EQUAL_STEPS = {
     "grpo-12",
     "grpo-16",
     "grpo-26",
+    "grpo-11",
+    "grpo-20",
     "ada-positive",
     "ada-balanced",
     "ada-positive-weight",
@@ -176,6 +182,8 @@ PAIRINGS = (
     ("ada-positive", "grpo-16"),
     ("ada-balanced", "grpo-16"),
     ("ada-balanced", "grpo-26"),
+    ("ada-positive", "grpo-11"),
+    ("ada-balanced", "grpo-20"),
     ("ada-est", "ada-est-noweight"),
     ("ada-est", "ada-est-invp"),
     ("ada-positive-weight", "ada-positive"),

@@ -888,6 +888,8 @@ def test_the_claims_methods_build_the_papers_configurations():
         "grpo-10": ("GRPOTrainer", None, None, None, 10),
         "grpo-12": ("GRPOTrainer", None, None, None, 12),
         "grpo-26": ("GRPOTrainer", None, None, None, 26),
+        "grpo-11": ("GRPOTrainer", None, None, None, 11),
+        "grpo-20": ("GRPOTrainer", None, None, None, 20),
     }
     for key, (trainer, strategy, weighting, allocation, group) in expected.items():
         spec = learning_catalog.CATALOG[key][0]
