@@ -138,3 +138,62 @@ def test_twice_as_fast_per_token_reads_half_over_whole_runs():
     assert level["tokens_to_75"]["ratio"] == pytest.approx(1.0) and level["tokens_to_75"]["ci"] == pytest.approx(
         [1.0, 1.0]
     )
+
+
+def noisy_run(seed, hard, easy, offset):
+    """`run` with a per-seed offset on every rate (seed-to-seed noise)."""
+    result = run(seed, hard, easy)
+    for c in result["checkpoints"]:
+        rates = {rule: c["chain_accuracy_by_label"][rule] + offset for rule in RULES}
+        c.update({k: v for k, v in checkpoint(c["step"], c["tokens"], rates).items() if k.startswith("chain")})
+    return result
+
+
+def synthetic_report(warm, gain, seeds=6):
+    """A columns report of GRPO n=4 and `recommended` on one warm model: the method gains ``gain`` more skill per
+    step and loses as much retention, seed by seed with noise."""
+    rng = random.Random(warm)
+    runs = []
+    for s in range(seeds):
+        offset = rng.choice([0, 1, 2]) / SAMPLES
+        runs.append(
+            {"key": "grpo-4", "method": "GRPO n=4", "samples_per_prompt": 4.0, **noisy_run(s, 1 / 64, 0, offset)}
+        )
+        runs.append(
+            {"key": "recommended", "method": "rec", "samples_per_prompt": 4.9}
+            | noisy_run(s, 1 / 64 + gain, gain, offset + rng.choice([0, 1]) / SAMPLES)
+        )
+    settings = {"task": "columns", "warm_seed": warm, "heldout_samples": SAMPLES, "token_grid": TOKEN_GRID}
+    return {"settings": settings | {"step_grid": GRID["steps"]}, "runs": runs}
+
+
+def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path):
+    """Three warm models on which `recommended` learns the skill faster and forgets the easy rules faster, by the
+    same margin: P1 reads ahead on the skill and behind on retention, pooled over the three and after Holm; the
+    comparisons not run are listed as such."""
+    import json
+
+    import skill_report
+
+    paths = []
+    for warm in (0, 1, 2):
+        path = tmp_path / f"warm{warm}.json"
+        path.write_text(json.dumps(synthetic_report(warm, 2 / 64)))
+        paths.append(path)
+    skill_report.main(["--reports", *map(str, paths), "--output", str(tmp_path / "verdicts")])
+    result = json.loads((tmp_path / "verdicts.json").read_text())
+    skill = {e["id"]: e for e in result["family"]["skill"]}
+    retention = {e["id"]: e for e in result["family"]["retention"]}
+    assert skill["P1"]["warm_models"] == [0, 1, 2] and skill["P1"]["verdict"] == "ahead"
+    assert retention["P1"]["verdict"] == "behind"
+    mix = {e["id"]: e for e in result["family"]["mix"]}
+    for warm in ("0", "1", "2"):  # the mix is the mean of the two, warm model by warm model
+        halves = skill["P1"]["per_warm"][warm]["estimate"] + retention["P1"]["per_warm"][warm]["estimate"]
+        assert mix["P1"]["per_warm"][warm]["estimate"] == pytest.approx(halves / 2)
+    assert {skill[i]["verdict"] for i in ("P2", "P3", "P4")} == {"not run"}
+    assert "| P1 | recommended vs grpo-4 (columns, budget) |" in (tmp_path / "verdicts.md").read_text()
+    level = tmp_path / "level.json"
+    level.write_text(json.dumps(synthetic_report(0, 0.0)))
+    skill_report.main(["--reports", str(level), "--output", str(tmp_path / "one")])
+    one = json.loads((tmp_path / "one.json").read_text())["family"]["skill"][0]
+    assert one["verdict"] == "one warm model: not pooled"
