@@ -69,9 +69,11 @@ from learning_report import (
     testbed_line,
 )
 from learning_reproduce import check_reproduces, verify
-from learning_runs import measure_testbed, oracle_subsets, run_all
+from learning_runs import completions_per_trained_prompt, measure_testbed, oracle_subsets, run_all
 from learning_stats import aa_floor, heldout_aa_floor, late_gain
 from machine import describe, machine_info
+from skill_frames import retention_drop, with_skill_and_retention
+from skill_report import SKILL_TASKS, prepared, read_all, skill_section
 
 from trl_ada.toy.registry import TASKS, toy_task
 
@@ -469,12 +471,20 @@ def write_grid_results(
     samples = settings["heldout_samples"]
     task = toy_task(settings["task"])
     hard = sorted({label for label, hard in zip(*_labels(task, settings["heldout"]), strict=True) if hard})
+    runs = [run | {"completions_per_trained_prompt": completions_per_trained_prompt(run, settings)} for run in runs]
+    skill = settings["task"] in SKILL_TASKS
+    if skill:
+        runs = with_skill_and_retention(runs)
     rows = summarise_grid(runs, grid, samples, hard)
     base_runs = [run for run in runs if run["key"] == BASELINE]
     floor = grid_aa_floor(base_runs, grid)
     heldout_floor = grid_heldout_aa_floor(base_runs, grid, samples)
     pairs, pair_floors = grid_paired_comparisons(runs, grid, samples)
     table = grid_markdown(rows, floor, heldout_floor, grid, pairs, pair_floors)
+    if skill:  # every comparison again on skill, retention and mix, with the two-way statistics (skill_report)
+        report["skill"] = read_all([prepared(report | {"runs": runs}, f"{name}.json")])
+        report["retention_drop"] = retention_drop(base_runs)
+        table = skill_section(report["skill"], report["retention_drop"]) + "\n\n" + table
     title = (
         f"Toy task ({settings['task']}), GRPO n=4 {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
         f"seeds {report['seeds']}, held-out {settings['heldout']} x {samples}, on one grid of tokens and steps"

@@ -112,19 +112,23 @@ def run_one(
         f"{run.generated.completion_tokens:,} tokens, {run.train_seconds:.0f}s",
         flush=True,
     )
-    trained_prompts = steps * prompts_per_step
 
     def per_step(name: str) -> float:  # each log row is TRL's mean over the steps since the last one
         return sum(row.get(name, 0.0) for row in run.logs) / max(len(run.logs), 1)
 
-    return {
-        "key": key,
-        **run.as_dict(),
-        **({"step_scale": step_scale(settings, key)} if grids else {}),
-        "completions_per_trained_prompt": run.generated.completions / trained_prompts,
+    measured = {"key": key, **run.as_dict(), **({"step_scale": step_scale(settings, key)} if grids else {})}
+    return measured | {
+        "completions_per_trained_prompt": completions_per_trained_prompt(measured, settings),
         "refills_per_step": per_step("ada/refills"),
         "skipped_per_step": per_step("ada/skipped"),
     }
+
+
+def completions_per_trained_prompt(run: dict[str, Any], settings: dict[str, Any]) -> float:
+    """Completions generated per prompt trained on: over the steps the run trained (its last checkpoint's), not the
+    step cap a run that stops once the grid is covered never reaches."""
+    prompts = method_shape(settings, run["key"])[1]
+    return run["generated"]["completions"] / (run["checkpoints"][-1]["step"] * prompts)
 
 
 def step_scale(settings: dict[str, Any], key: str) -> int:

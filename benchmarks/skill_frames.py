@@ -78,6 +78,25 @@ def with_skill_and_retention(runs: Sequence[Run]) -> list[Run]:
     return [run | {"checkpoints": [split(c) for c in run["checkpoints"]]} for run in runs]
 
 
+def retention_drop(runs: Sequence[Run]) -> dict[str, Any]:
+    """How far the easy rules fall during training: per seed, retention before training minus its lowest value at
+    any checkpoint; the mean over seeds with its t interval, and the step of the seeds' mean lowest point."""
+    from paired_stats import t_test
+
+    drops, lowest_steps = [], []
+    for run in runs:
+        values = [c["retention_accuracy"] for c in run["checkpoints"]]
+        low = min(range(len(values)), key=values.__getitem__)
+        drops.append(values[0] - values[low])
+        lowest_steps.append(run["checkpoints"][low]["step"])
+    return {
+        "before": mean([run["checkpoints"][0]["retention_accuracy"] for run in runs]),
+        "drop": t_test(drops) if len(drops) > 1 else {"estimate": drops[0]},
+        "lowest_step_mean": mean(lowest_steps),
+        "per_seed": drops,
+    }
+
+
 def trapezoid_weights(xs: Sequence[float], end: float, hold: bool = False) -> np.ndarray:
     """w such that w @ ys is the mean over x in [0, end] of the piecewise-linear curve through (xs, ys), held at ys[0]
     before xs[0] and, with ``hold``, at ys[-1] past xs[-1] (`learning_stats.area_under_curve`, as a linear map)."""

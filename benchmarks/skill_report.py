@@ -42,18 +42,18 @@ PRIMARY = (
 # Comparisons read besides every method against GRPO n=4 and the catalog's pairings: the memory baseline's controls.
 CONTROLS = (("memory-2", "grpo-2-wide"), ("grpo-2-wide", BASELINE), ("memory-4", BASELINE))
 FAMILY_ALPHA = 0.05
+SKILL_TASKS = ("columns", "columns-epochs")  # the tasks whose held-out rules split into skill and retention
+
+
+def prepared(report: dict[str, Any], name: str) -> dict[str, Any]:
+    """A report as this module reads it: named, its runs given skill and retention columns, its held-out strata."""
+    strata = sf.measure_strata(sf.heldout_strata(report))
+    return report | {"path": name, "strata": strata, "runs": sf.with_skill_and_retention(report["runs"])}
 
 
 def load(paths: Sequence[pathlib.Path]) -> list[dict[str, Any]]:
-    """The reports, each with its path, its runs given skill and retention columns, and its held-out strata."""
-    reports = []
-    for path in paths:
-        report = json.loads(path.read_text())
-        report["path"] = path.name
-        report["strata"] = sf.measure_strata(sf.heldout_strata(report))
-        report["runs"] = sf.with_skill_and_retention(report["runs"])
-        reports.append(report)
-    return reports
+    """The reports at ``paths``, `prepared`."""
+    return [prepared(json.loads(path.read_text()), path.name) for path in paths]
 
 
 def comparisons_in(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -233,6 +233,29 @@ NOTE = (
 )
 
 
+def retention_table(drops: dict[str, dict[str, Any]]) -> str:
+    lines = ["| report | before | drop [95%] | lowest at step (mean) |", "|---|---|---|---|"]
+    for path, drop in drops.items():
+        lines.append(
+            f"| {path} | {drop['before']:.3f} | {_ci(drop['drop'], '{:.3f}')} | {drop['lowest_step_mean']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def skill_section(rows: Sequence[dict[str, Any]], drop: dict[str, Any]) -> str:
+    """A report's opening section: its comparisons on skill, retention and mix, and GRPO n=4's retention drop."""
+    estimate = drop["drop"]
+    interval = f" [{estimate['ci'][0]:.3f}, {estimate['ci'][1]:.3f}]" if "ci" in estimate else ""
+    return (
+        "**On the skill (hard rules), retention (easy rules) and their mix**, each comparison per seed and held-out "
+        "prompt (`benchmarks/skill_report.py`):\n\n"
+        + comparisons_table(rows)
+        + f"\n\nGRPO n=4's retention drop: from {drop['before']:.3f} before training, down by "
+        f"{estimate['estimate']:.3f}{interval} at its lowest checkpoint (mean over seeds, step "
+        f"{drop['lowest_step_mean']:.0f} on average).\n\n" + NOTE
+    )
+
+
 def markdown(result: dict[str, Any]) -> str:
     parts = [
         "**The pre-registered family, on the skill:**",
@@ -242,6 +265,8 @@ def markdown(result: dict[str, Any]) -> str:
         family_table(result["family"]["mix"], "mix"),
         "**Every comparison, per warm model:**",
         comparisons_table(result["comparisons"]),
+        "**GRPO n=4's retention drop** (the easy rules before training, minus their lowest checkpoint; mean over "
+        "seeds, t interval):\n\n" + retention_table(result["retention_drop"]),
         NOTE,
     ]
     return "\n\n".join(parts) + "\n"
@@ -261,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "preregistration": "benchmarks/results/columns/preregistration.md",
         "family": {measure: family(rows, measure) for measure in sf.MEASURES},
         "comparisons": rows,
+        "retention_drop": {
+            r["path"]: sf.retention_drop([run for run in r["runs"] if run["key"] == BASELINE]) for r in reports
+        },
     }
     args.output.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     args.output.with_suffix(".md").write_text(markdown(result))

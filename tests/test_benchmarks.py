@@ -817,6 +817,10 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
             assert 0 <= c["chain_accuracy"] <= c["accuracy"] <= 1  # a correct chain is always rewarded
             assert len(c["chain_correct"]) == 8 and sum(c["chain_correct"]) / 16 == pytest.approx(c["chain_accuracy"])
             assert "flawed_rewarded_share" in c
+            # the mix splits into the hard rules' skill and the easy rules' retention
+            assert c["chain_accuracy"] == pytest.approx((c["skill_accuracy"] + c["retention_accuracy"]) / 2)
+        trained = run["checkpoints"][-1]["step"] * 2  # prompts, over the steps the run trained
+        assert run["completions_per_trained_prompt"] == pytest.approx(run["generated"]["completions"] / trained)
         steps = [c["step"] for c in run["checkpoints"] if c.get("step_point")]
         assert steps == [0, 1, 2, 3]
     grpo = [run for run in report["runs"] if run["key"] == "grpo-4"]
@@ -829,6 +833,15 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
     assert report["testbed"]["instrument_samples_per_prompt"] == 128
     assert report["testbed"]["heldout_fact_overlap"] == 0.0
     assert "Correct-chain accuracy" in (tmp_path / "tiny.md").read_text()
+    (skill,) = report["skill"]  # recommended against GRPO n=4, read on skill, retention and mix in every frame
+    assert (skill["method"], skill["partner"], skill["warm_models"]) == ("recommended", "grpo-4", [None])
+    measures = skill["per_warm"]["None"]["measures"]
+    assert sorted(measures) == ["mix", "retention", "skill"]
+    assert all(sorted(measures[m]) == ["budget", "equal_steps", "whole"] for m in measures)
+    assert (
+        len(report["retention_drop"]["per_seed"]) == 4
+        and "GRPO n=4's retention drop" in (tmp_path / "tiny.md").read_text()
+    )
 
     check_reproduces(report, settings, "grpo-4", 0)  # the same code and kernels: the same numbers
     report["runs"][0]["checkpoints"][1]["chain_accuracy"] += 0.25
