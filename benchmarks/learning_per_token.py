@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     earlier = None if args.baseline_from is None else json.loads(args.baseline_from.read_text())
     baseline = [] if earlier is None else baseline_runs_from(earlier, settings, args.seeds)
     if earlier is not None:  # the same settings are not enough: the same code and kernels must give the same numbers
-        check_reproduces(earlier, settings, BASELINE, args.seeds[0])
+        check_reproduces(earlier, settings, BASELINE, args.seeds)
     if earlier is not None and earlier["seeds"][0] == args.seeds[0] and not oracle:
         # The same start model, settings and first seed: the same measurement, already made.
         testbed = {**earlier["testbed"], "from": str(args.baseline_from)}
@@ -365,12 +365,13 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
     for report in reports:
         report["settings"] = EARLIEST_SETTINGS | report["settings"]
     runs = combine_reports(reports, args.methods, args.drop_seeds or ())
+    check_same_numbers(reports, args.combine)
     seeds = sorted({run["seed"] for run in runs})
     report = {
         "command": _command(argv),
         # A --baseline-from report's GRPO n=4 runs were trained by the report it names: keep saying which.
         "combined": [
-            {"command": r["command"], "seeds": r["seeds"], "testbed": r.get("testbed")}
+            {"command": r["command"], "seeds": r["seeds"], "machine": r.get("machine"), "testbed": r.get("testbed")}
             | ({"baseline_from": r["baseline_from"]} if "baseline_from" in r else {})
             for r in reports
         ],
@@ -385,6 +386,19 @@ def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, 
         report["dropped_seeds"] = sorted(args.drop_seeds)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     return write_results(report, runs, args.output_dir, args.name or "learning_per_token_combined")
+
+
+def check_same_numbers(reports: Sequence[dict[str, Any]], paths: Sequence[pathlib.Path]) -> None:
+    """Reports made at different commits pool only if the code between them trains the same numbers: each report
+    made at another commit than the first's has its first run trained again here to its first checkpoint
+    (`check_reproduces`); one that does not reproduce is refused. Reports made at one commit are not retrained."""
+    first = (reports[0].get("machine") or {}).get("code")
+    for report, path in zip(reports[1:], paths[1:], strict=True):
+        if (report.get("machine") or {}).get("code") == first or not report.get("runs"):
+            continue
+        run = report["runs"][0]
+        print(f"--combine: {path.name} was made at another commit; training {run['key']} seed {run['seed']} again")
+        check_reproduces(report, report["settings"], run["key"], [run["seed"]], flag=f"--combine ({path.name})")
 
 
 def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.Path, name: str) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
     reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
     report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
     assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
-    assert checked == [("grpo-4", 0)]  # ... after checking that its first seed reproduces here
+    assert checked == [("grpo-4", [0, 1])]  # ... after checking that each of its seeds reproduces here
     # Same first seed, model and settings: the testbed is the earlier report's, not measured again.
     assert measured == [0] and report["testbed"]["from"] == str(tmp_path / "grpo.json")
     assert [(r["key"], r["seed"]) for r in report["runs"]] == [
@@ -843,10 +843,23 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
         and "GRPO n=4's retention drop" in (tmp_path / "tiny.md").read_text()
     )
 
-    check_reproduces(report, settings, "grpo-4", 0)  # the same code and kernels: the same numbers
+    check_reproduces(report, settings, "grpo-4", [0, 1])  # the same code and kernels: the same numbers
+    # --combine pools a chunk made at another commit only if this code trains its numbers again
+    saved = json.loads((tmp_path / "tiny.json").read_text())
+    for name, seeds, code in (("early", {0, 1}, saved["machine"]["code"]), ("late", {2, 3}, "0000000")):
+        chunk = saved | {"runs": [r for r in saved["runs"] if r["seed"] in seeds], "seeds": sorted(seeds)}
+        (tmp_path / f"{name}.json").write_text(json.dumps(chunk | {"machine": saved["machine"] | {"code": code}}))
+    chunks = [str(tmp_path / "early.json"), str(tmp_path / "late.json")]
+    both = learning_per_token.main(["--combine", *chunks, "--output-dir", str(tmp_path), "--name", "both"])
+    assert [c["machine"]["code"] for c in both["combined"]] == [saved["machine"]["code"], "0000000"]
+    late = json.loads((tmp_path / "late.json").read_text())
+    late["runs"][0]["checkpoints"][1]["entropy"] = 0.5  # a number this code does not train
+    (tmp_path / "late.json").write_text(json.dumps(late))
+    with pytest.raises(SystemExit, match=r"--combine \(late.json\): grpo-4 seed 2 does not reproduce"):
+        learning_per_token.main(["--combine", *chunks, "--output-dir", str(tmp_path), "--name", "refused"])
     report["runs"][0]["checkpoints"][1]["chain_accuracy"] += 0.25
     with pytest.raises(SystemExit, match="does not reproduce"):
-        check_reproduces(report, settings, "grpo-4", 0)
+        check_reproduces(report, settings, "grpo-4", [0])
 
 
 def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
@@ -916,3 +929,28 @@ def test_the_claims_methods_build_the_papers_configurations():
         if allocation is not None:
             assert (config.allocation_rule, config.samples_per_prompt_mean) == (allocation, 8)
         assert key in learning_catalog.EQUAL_STEPS
+
+
+def test_reproduction_checks_compare_every_measured_field_and_the_checkpoint_count():
+    from learning_reproduce import first_difference, start_model
+
+    from trl_ada.toy import toy_model_dir
+
+    stored = [{"step": 0, "tokens": 0, "entropy": 0.25}, {"step": 8, "tokens": 900, "entropy": 0.2}]
+    assert first_difference(stored, [dict(c) for c in stored]) is None
+    drifted = [dict(stored[0]), dict(stored[1], entropy=0.21)]  # entropy is measured, and compared
+    assert first_difference(stored, drifted) == {
+        "checkpoint": 1,
+        "step": 8,
+        "field": "entropy",
+        "stored": 0.2,
+        "rerun": 0.21,
+    }
+    shorter = first_difference(stored, stored[:1])  # every shared checkpoint matches, one is missing
+    assert shorter == {"checkpoint": 1, "step": 8, "field": "checkpoints", "stored": 2, "rerun": 1}
+    # A report names its start model by task and warm seed: a rerun finds it on this checkout, not at the folder of
+    # the machine that made the report; a report started from a named folder keeps it.
+    elsewhere = {"task": "columns", "warm_seed": 0, "model_dir": "/another/machine/toy_warm_columns"}
+    assert start_model(elsewhere)["model_dir"] == toy_model_dir(seed=0, task="columns")
+    named = dict(elsewhere, warm_seed=None)
+    assert start_model(named) == named
