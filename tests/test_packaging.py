@@ -105,6 +105,10 @@ def test_the_wheel_holds_recipes_configs_the_warm_models_and_py_typed(wheel):
     assert wheel.name.startswith(f"trl_ada-{trl_ada.__version__}-")
     metadata = zipfile.ZipFile(wheel).read(f"trl_ada-{trl_ada.__version__}.dist-info/METADATA").decode()
     assert f"\nVersion: {trl_ada.__version__}\n" in metadata
+    # The license the metadata declares ships as its text, the checkout's LICENSE.
+    assert "\nLicense: Apache-2.0\n" in metadata or "\nLicense-Expression: Apache-2.0\n" in metadata
+    (license_file,) = [name for name in files if name.endswith("/LICENSE") and ".dist-info/" in name]
+    assert zipfile.ZipFile(wheel).read(license_file) == (ROOT / "LICENSE").read_bytes()
 
 
 @pytest.mark.slow
