@@ -16,7 +16,11 @@ by the same rules, would give another estimate. So:
 3. `holm`: Holm's step-down adjustment over a family of p values (strong control of the family-wise error).
 4. `random_effects`: estimates from several warm models pooled with the between-model variance (DerSimonian-Laird
    tau^2, the Hartung-Knapp interval with K - 1 degrees of freedom, never narrower than the fixed-effect one), so
-   that a pooled interval holds what a new warm model would add.
+   that a pooled interval holds what a new warm model would add. With two or three warm models that interval is
+   wide (t with 1 or 2 degrees of freedom): it estimates the mean over warm models, and says how little three of them
+   pin it down.
+5. `every_model_p`: whether an effect shows on every warm model (the intersection-union test), the verdicts' test:
+   a claim holds where each warm model's own test shows it, in the same direction.
 """
 
 from __future__ import annotations
@@ -153,8 +157,21 @@ def random_effects(estimates: Sequence[float], standard_errors: Sequence[float],
     return result | {"tau2": tau2, "models": int(y.size), "pooled": True}
 
 
-def verdict(estimate: float, adjusted_p: float, alpha: float = 0.05) -> str:
-    """ "ahead", "behind" or "not distinguished" at family level ``alpha`` (the pre-registered rule)."""
+def every_model_p(estimates: Sequence[float], pvalues: Sequence[float]) -> float:
+    """The intersection-union test of "the effect has the same sign on every warm model": its p value is the largest
+    of the warm models' own p values when every estimate has the same sign, else 1. It rejects at level alpha only
+    when every warm model's own test does, and needs no correction over the warm models (Berger 1982)."""
+    if not estimates or len(estimates) != len(pvalues):
+        raise ValueError("need one p value per estimate")
+    same_sign = all(e > 0 for e in estimates) or all(e < 0 for e in estimates)
+    return float(max(pvalues)) if same_sign else 1.0
+
+
+def verdict(estimate: float, adjusted_p: float, models: int = 1, alpha: float = 0.05) -> str:
+    """The pre-registered verdict at family level ``alpha`` from an (adjusted) `every_model_p` over ``models`` warm
+    models: "ahead" or "behind" (on every warm model, or on the one), else "not distinguished" (one warm model) or
+    "not shown on every warm model"."""
+    where = " on every warm model" if models > 1 else " (one warm model)"
     if adjusted_p < alpha:
-        return "ahead" if estimate > 0 else "behind"
-    return "not distinguished"
+        return ("ahead" if estimate > 0 else "behind") + where
+    return "not shown on every warm model" if models > 1 else "not distinguished (one warm model)"

@@ -20,6 +20,7 @@ from typing import Any
 
 import paired_stats as ps
 import skill_frames as sf
+import skill_tables
 from learning_catalog import BASELINE, PAIRINGS, RESULTS
 from learning_report import runs_by_method
 
@@ -42,6 +43,8 @@ PRIMARY = (
 # Comparisons read besides every method against GRPO n=4 and the catalog's pairings: the memory baseline's controls.
 CONTROLS = (("memory-2", "grpo-2-wide"), ("grpo-2-wide", BASELINE), ("memory-4", BASELINE))
 FAMILY_ALPHA = 0.05
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = {"claims-table": ROOT / "benchmarks" / "README.md", "when-it-pays": ROOT / "README.md"}
 SKILL_TASKS = ("columns", "columns-epochs")  # the tasks whose held-out rules split into skill and retention
 
 
@@ -146,14 +149,22 @@ def family(rows: Sequence[dict[str, Any]], measure: str = "skill") -> list[dict[
             per_warm = {w: r["measures"][measure][frame] for w, r in row["per_warm"].items()}
             entry |= {"warm_models": row["warm_models"], "pooled": pooled, "per_warm": per_warm}
         entries.append(entry)
-    tested = {e["id"]: e["pooled"]["p"] for e in entries if "pooled" in e and e["pooled"].get("pooled")}
-    adjusted = ps.holm(tested) if tested else {}
+    for e in entries:
+        if "per_warm" in e:
+            estimates = [w["estimate"] for w in e["per_warm"].values()]
+            e["every_model_p"] = ps.every_model_p(estimates, [w["p"] for w in e["per_warm"].values()])
+    adjusted = ps.holm({e["id"]: e["every_model_p"] for e in entries if "every_model_p" in e})
+    pooled = ps.holm({e["id"]: e["pooled"]["p"] for e in entries if e.get("pooled", {}).get("pooled")})
+    for e in entries:  # the target's test: the pooled interval above 0 after Holm
+        if e["id"] in pooled:
+            e["pooled_holm_p"] = pooled[e["id"]]
+            e["pooled_above_zero"] = pooled[e["id"]] < FAMILY_ALPHA and e["pooled"]["estimate"] > 0
     for e in entries:
         if e["id"] in adjusted:
             e["holm_p"] = adjusted[e["id"]]
-            e["verdict"] = ps.verdict(e["pooled"]["estimate"], adjusted[e["id"]], FAMILY_ALPHA)
+            e["verdict"] = ps.verdict(e["pooled"]["estimate"], e["holm_p"], len(e["per_warm"]), FAMILY_ALPHA)
         else:
-            e["verdict"] = "not run" if "pooled" not in e else "one warm model: not pooled"
+            e["verdict"] = "not run"
     return entries
 
 
@@ -171,10 +182,14 @@ def _p(value: float | None) -> str:
     return "" if value is None else ("<0.001" if value < 0.001 else f"{value:.3f}")
 
 
+def _pair(p: float | None, adjusted: float | None) -> str:
+    return "" if p is None or adjusted is None else f"{_p(p)}, {_p(adjusted)}"
+
+
 def family_table(entries: Sequence[dict[str, Any]], measure: str) -> str:
     lines = [
-        f"| id | {measure}: method vs partner (task, frame) | warm 0 | warm 1 | warm 2 | pooled [95%] | p | Holm p "
-        "| verdict |",
+        f"| id | {measure}: method vs partner (task, frame) | warm 0 | warm 1 | warm 2 | pooled [95%] "
+        "| pooled p, Holm | p on every warm model, Holm | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
@@ -184,8 +199,9 @@ def family_table(entries: Sequence[dict[str, Any]], measure: str) -> str:
         lines.append(
             f"| {e['id']} | {e['method']} vs {e['partner']} ({e['task']}, {e['frame']}) | "
             + " | ".join(warm)
-            + f" | {_ci(pooled) if pooled and pooled.get('pooled') else ''} | {_p(pooled and pooled.get('p'))} "
-            f"| {_p(e.get('holm_p'))} | {e['verdict']} |"
+            + f" | {_ci(pooled) if pooled and pooled.get('pooled') else ''} "
+            f"| {_pair(pooled and pooled.get('p'), e.get('pooled_holm_p'))} "
+            f"| {_pair(e.get('every_model_p'), e.get('holm_p'))} | {e['verdict']} |"
         )
     return "\n".join(lines)
 
@@ -265,6 +281,10 @@ def markdown(result: dict[str, Any]) -> str:
         family_table(result["family"]["mix"], "mix"),
         "**Every comparison, per warm model:**",
         comparisons_table(result["comparisons"]),
+        "**The claims table** (benchmarks/README.md; Holm over its rows, skill and retention separately):",
+        skill_tables.claims_table(result),
+        "**When it pays** (README.md), by the group size a user runs today:",
+        skill_tables.when_it_pays_table(result),
         "**GRPO n=4's retention drop** (the easy rules before training, minus their lowest checkpoint; mean over "
         "seeds, t interval):\n\n" + retention_table(result["retention_drop"]),
         NOTE,
@@ -276,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reports", nargs="*", type=pathlib.Path, help="report JSONs (default: REPORTS)")
     parser.add_argument("--output", type=pathlib.Path, default=COLUMNS_RESULTS / "skill_verdicts")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="also write the claims table and When it pays into the READMEs"
+    )
     args = parser.parse_args(argv)
     paths = args.reports or [COLUMNS_RESULTS / name for name in REPORTS]
     reports = load(paths)
@@ -293,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.output.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     args.output.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
+    if args.write_docs:
+        for path, marker, table in (
+            (DOCS["claims-table"], "claims-table", skill_tables.claims_table(result)),
+            (DOCS["when-it-pays"], "when-it-pays", skill_tables.when_it_pays_table(result)),
+        ):
+            path.write_text(skill_tables.replace_block(path.read_text(), marker, table))
 
 
 if __name__ == "__main__":

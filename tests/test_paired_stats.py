@@ -160,5 +160,31 @@ def test_the_pooled_interval_covers_a_new_warm_models_mean():
 
 
 def test_verdicts():
-    assert ps.verdict(0.01, 0.01) == "ahead" and ps.verdict(-0.01, 0.049) == "behind"
-    assert ps.verdict(0.05, 0.05) == "not distinguished"
+    assert ps.verdict(0.01, 0.01) == "ahead (one warm model)"
+    assert ps.verdict(-0.01, 0.049, models=3) == "behind on every warm model"
+    assert ps.verdict(0.05, 0.05) == "not distinguished (one warm model)"
+    assert ps.verdict(0.05, 0.2, models=2) == "not shown on every warm model"
+
+
+def test_every_model_p_is_the_largest_p_when_the_signs_agree():
+    assert ps.every_model_p([0.02, 0.01, 0.03], [0.001, 0.04, 0.01]) == 0.04
+    assert ps.every_model_p([-0.02, -0.01], [0.001, 0.002]) == 0.002
+    assert ps.every_model_p([0.02, -0.01], [0.001, 0.002]) == 1.0  # opposite directions: not shown on every model
+    assert ps.every_model_p([0.0, 0.01], [1.0, 0.01]) == 1.0
+    with pytest.raises(ValueError):
+        ps.every_model_p([0.01], [])
+
+
+def test_every_model_p_holds_its_level_when_one_warm_model_has_no_effect():
+    """Three warm models, two with a large effect and one with none: "shown on every warm model" must be claimed at
+    most 5% of the time (here about half that: the null model must also land on the same side)."""
+    rng = np.random.default_rng(5)
+    claimed = 0
+    for _ in range(2000):
+        estimates, pvalues = [], []
+        for true_effect in (0.03, 0.03, 0.0):
+            result = ps.t_test(true_effect + 0.01 * rng.normal(size=SEEDS))
+            estimates.append(result["estimate"])
+            pvalues.append(result["p"])
+        claimed += ps.every_model_p(estimates, pvalues) < 0.05
+    assert claimed / 2000 <= 0.05

@@ -184,8 +184,11 @@ def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path):
     result = json.loads((tmp_path / "verdicts.json").read_text())
     skill = {e["id"]: e for e in result["family"]["skill"]}
     retention = {e["id"]: e for e in result["family"]["retention"]}
-    assert skill["P1"]["warm_models"] == [0, 1, 2] and skill["P1"]["verdict"] == "ahead"
-    assert retention["P1"]["verdict"] == "behind"
+    assert skill["P1"]["warm_models"] == [0, 1, 2] and skill["P1"]["verdict"] == "ahead on every warm model"
+    assert retention["P1"]["verdict"] == "behind on every warm model"
+    # shown on every warm model: the largest of the three warm models' p values, Holm over the one comparison run
+    assert skill["P1"]["every_model_p"] == max(w["p"] for w in skill["P1"]["per_warm"].values())
+    assert skill["P1"]["holm_p"] == skill["P1"]["every_model_p"]
     mix = {e["id"]: e for e in result["family"]["mix"]}
     for warm in ("0", "1", "2"):  # the mix is the mean of the two, warm model by warm model
         halves = skill["P1"]["per_warm"][warm]["estimate"] + retention["P1"]["per_warm"][warm]["estimate"]
@@ -196,4 +199,4 @@ def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path):
     level.write_text(json.dumps(synthetic_report(0, 0.0)))
     skill_report.main(["--reports", str(level), "--output", str(tmp_path / "one")])
     one = json.loads((tmp_path / "one.json").read_text())["family"]["skill"][0]
-    assert one["verdict"] == "one warm model: not pooled"
+    assert one["verdict"].endswith("(one warm model)") and one["warm_models"] == [0]

@@ -1,0 +1,221 @@
+"""The tables users read, made from `skill_report`'s result (benchmarks/results/columns/skill_verdicts.json): the
+claims table of benchmarks/README.md and README.md's "When it pays", each written between markers by
+``python benchmarks/skill_report.py --write-docs`` and checked against the JSON by tests/test_docs.py.
+
+Each cell is a comparison on the skill (or retention) in one frame: pooled over the warm models that ran it
+(random effects) where there are two or more, else the one warm model's estimate; every interval is the two-way t
+interval of `paired_stats`. The claims table's verdicts are after Holm's correction over its rows (one test per row,
+on the skill; retention has its own family).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paired_stats as ps
+from learning_catalog import BASELINE
+
+# (claim, method, partner, task, frame): one row each, in the order the table shows them.
+CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("up to 2x faster at the same inference: the paper's pairing", "ada-positive", "grpo-16", "columns", "whole"),
+    ("the same", "ada-balanced", "grpo-26", "columns", "whole"),
+    ("the same, at equal samples per prompt", "ada-positive", "grpo-11", "columns", "whole"),
+    ("the same, at equal samples per prompt", "ada-balanced", "grpo-20", "columns", "whole"),
+    ("the same, at equal samples per prompt", "ada-est", "grpo-8", "columns-epochs", "whole"),
+    ("better final performance", "recommended", BASELINE, "columns", "equal_steps"),
+    ("the same", "ada-positive", "grpo-16", "columns", "equal_steps"),
+    ("the same", "ada-balanced", "grpo-26", "columns", "equal_steps"),
+    ("the same", "ada-est", "grpo-8", "columns-epochs", "equal_steps"),
+    ("(ours) more skill per generated token than GRPO n=4", "recommended", BASELINE, "columns", "budget"),
+    ("the same, where prompts recur", "memory-2", BASELINE, "columns-epochs", "budget"),
+    ("the same", "ada-est", BASELINE, "columns-epochs", "budget"),
+    ("the same", "ada-positive", BASELINE, "columns", "budget"),
+    ("the same", "ada-balanced", BASELINE, "columns", "budget"),
+    ("the same", "dapo-4", BASELINE, "columns-epochs", "budget"),
+    ("the same", "grpo-4-select", BASELINE, "columns-epochs", "budget"),
+    ("the same", "grpo-4-pilot", BASELINE, "columns-epochs", "budget"),
+    ("the same (larger groups)", "grpo-8", BASELINE, "columns-epochs", "budget"),
+    ("the same (larger groups)", "grpo-16", BASELINE, "columns", "budget"),
+    ("the same (larger groups)", "grpo-26", BASELINE, "columns", "budget"),
+    ("the memory baseline's controls", "memory-2", "grpo-2-wide", "columns-epochs", "budget"),
+    ("the same", "memory-4", BASELINE, "columns-epochs", "budget"),
+    ("the same", "grpo-2-wide", BASELINE, "columns-epochs", "budget"),
+    ("the theory's 1/sqrt(p) weights, on against off", "ada-est", "ada-est-noweight", "columns-epochs", "whole"),
+    ("the same", "ada-positive-weight", "ada-positive", "columns", "whole"),
+    ("the same", "ada-balanced-weight", "ada-balanced", "columns", "whole"),
+    ("Est's budgets by 1/sqrt(p) against the authors' 1/p", "ada-est", "ada-est-invp", "columns-epochs", "whole"),
+)
+FRAME_WORDS = {
+    "budget": "per token, [0, B]",
+    "whole": "per token, whole runs",
+    "equal_steps": "at equal steps",
+}
+
+
+def _find(result: dict[str, Any], method: str, partner: str, task: str) -> dict[str, Any] | None:
+    return next(
+        (r for r in result["comparisons"] if (r["method"], r["partner"], r["task"]) == (method, partner, task)),
+        None,
+    )
+
+
+def reading(row: dict[str, Any], measure: str, frame: str) -> dict[str, Any]:
+    """A comparison's estimate on ``measure`` in ``frame``: the pooled one over two or more warm models, else the one
+    warm model's (with ``warm_models``)."""
+    pooled = row["pooled"][measure][frame]
+    if pooled.get("pooled"):
+        return pooled | {"warm_models": row["warm_models"]}
+    (only,) = row["per_warm"].values()
+    return only["measures"][measure][frame] | {"warm_models": row["warm_models"]}
+
+
+def cell(result: dict[str, Any] | None, fmt: str = "{:+.3f}") -> str:
+    if result is None:
+        return "not run yet"
+    low, high = result["ci"]
+    return f"{fmt.format(result['estimate'])} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def claims_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each claim row with its skill, retention and mix readings, the skill's and retention's p values and their Holm
+    adjustment over the rows that ran (two families), and the verdicts."""
+    rows = []
+    for claim, method, partner, task, frame in CLAIMS:
+        found = _find(result, method, partner, task)
+        row: dict[str, Any] = {"claim": claim, "method": method, "partner": partner, "task": task, "frame": frame}
+        if found is not None:
+            row |= {m: reading(found, m, frame) for m in ("skill", "retention", "mix")}
+            per_warm = found["per_warm"]
+            row["per_warm_skill"] = {w: r["measures"]["skill"][frame]["estimate"] for w, r in per_warm.items()}
+            row["sign_flip_p"] = {w: r["measures"]["skill"][frame]["sign_flip_p"] for w, r in per_warm.items()}
+            row["floor"] = {w: r["measures"]["skill"][frame]["aa_floor"] for w, r in per_warm.items()}
+        rows.append(row)
+    for measure in ("skill", "retention"):
+        tested = {}
+        for i, r in enumerate(rows):
+            found = _find(result, r["method"], r["partner"], r["task"])
+            if found is not None:
+                per_warm = [w["measures"][measure][r["frame"]] for w in found["per_warm"].values()]
+                r[f"{measure}_p"] = ps.every_model_p([w["estimate"] for w in per_warm], [w["p"] for w in per_warm])
+                tested[i] = r[f"{measure}_p"]
+        for i, adjusted in ps.holm(tested).items():
+            rows[i][f"{measure}_holm_p"] = adjusted
+            models = len(rows[i][measure]["warm_models"])
+            rows[i][f"{measure}_verdict"] = ps.verdict(rows[i][measure]["estimate"], adjusted, models)
+    return rows
+
+
+def _p(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def claims_table(result: dict[str, Any]) -> str:
+    lines = [
+        "| claim | method vs partner (task) | frame | warm models | **skill** Δ [95%] | p, Holm p | verdict | "
+        "retention Δ [95%] | verdict | mix Δ [95%] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in claims_rows(result):
+        head = f"| {r['claim']} | `{r['method']}` vs `{r['partner']}` (`{r['task']}`) | {FRAME_WORDS[r['frame']]} "
+        if "skill" not in r:
+            lines.append(head + "| not run yet | | | | | | |")
+            continue
+        warm = ", ".join(str(w) for w in r["skill"]["warm_models"])
+        lines.append(
+            head + f"| {warm} | {cell(r['skill'])} | {_p(r['skill']['p'])} / {_p(r['skill_holm_p'])} "
+            f"| {r['skill_verdict']} | {cell(r['retention'])} | {r['retention_verdict']} | {cell(r['mix'])} |"
+        )
+    return "\n".join(lines)
+
+
+# README's "When it pays": (the group a user runs today, the configuration, its name and what it is, task, frame of
+# the per-token column). The per-token frame is GRPO n=4's budget against GRPO n=4, else the whole runs.
+WHEN_IT_PAYS: tuple[tuple[str, str, str, str], ...] = (
+    (BASELINE, "recommended", "columns", "budget"),
+    (BASELINE, "memory-2", "columns-epochs", "budget"),
+    (BASELINE, "ada-est", "columns-epochs", "budget"),
+    (BASELINE, "ada-positive", "columns", "budget"),
+    (BASELINE, "ada-balanced", "columns", "budget"),
+    ("grpo-8", "ada-est", "columns-epochs", "whole"),
+    ("grpo-16", "ada-positive", "columns", "whole"),
+    ("grpo-16", "ada-balanced", "columns", "whole"),
+)
+GROUPS = {BASELINE: "GRPO n=4", "grpo-8": "GRPO n=8", "grpo-16": "GRPO n=16"}
+CONFIGURATIONS = {
+    "recommended": (
+        "recommended",
+        "Ada-positive in rounds of 4, at most 2 (a prompt stops at its first right answer)",
+    ),
+    "memory-2": (
+        "the memory baseline",
+        "groups of 2 over twice the prompts a step, each completion's advantage its reward minus its prompt's pass "
+        'rate remembered from earlier visits (`advantage_baseline="memory"`, `pass_rate_decay=0.7`); measured where '
+        "prompts recur (four passes, `columns-epochs`)",
+    ),
+    "ada-est": (
+        "Ada-Est",
+        "one generation call, 8 samples per prompt on average split by 1/sqrt(p) of each prompt's remembered pass "
+        "rate p, advantages weighted by 1/sqrt(p); measured over four passes (`columns-epochs`)",
+    ),
+    "ada-positive": ("Seq-positive", "rounds of 8, at most 4 (a prompt stops at its first right answer)"),
+    "ada-balanced": (
+        "the paper's defaults",
+        "Seq-balanced in rounds of 8, at most 4 (a prompt stops once it has 2 right and 2 wrong answers)",
+    ),
+}
+
+
+def when_it_pays_rows(result: dict[str, Any]) -> list[list[str]]:
+    """README's "When it pays" rows: a configuration is named and defined where it first appears."""
+    rows, defined = [], set()
+    for partner, method, task, frame in WHEN_IT_PAYS:
+        name, what = CONFIGURATIONS[method]
+        label = f"**{name}**" if method in defined else f"**{name}**: {what}"
+        defined.add(method)
+        found = _find(result, method, partner, task)
+        if found is None:
+            rows.append([GROUPS[partner], label, "not run yet", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                GROUPS[partner],
+                label,
+                " / ".join(f"{mean_of(found, key):.1f}" for key in (partner, method)),
+                cell(reading(found, "skill", frame)),
+                cell(reading(found, "skill", "equal_steps")),
+                cell(reading(found, "retention", frame)),
+                ", ".join(str(w) for w in found["warm_models"]),
+            ]
+        )
+    return rows
+
+
+def mean_of(found: dict[str, Any], key: str) -> float:
+    """A method's samples per prompt, the mean over the warm models that ran the comparison."""
+    values = [w["samples_per_prompt"][key] for w in found["per_warm"].values()]
+    return sum(values) / len(values)
+
+
+def when_it_pays_table(result: dict[str, Any]) -> str:
+    lines = [
+        "| if you run | switching to | samples per prompt, yours / its | **skill per generated token**: Δ [95%] "
+        "| skill per step: Δ at equal steps | retention per generated token: Δ | warm models |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in when_it_pays_rows(result)]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, marker: str, block: str) -> str:
+    """``text`` with what lies between ``<!-- marker -->`` and ``<!-- /marker -->`` replaced by ``block``."""
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    if start not in text or end not in text:
+        raise ValueError(f"no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}\n{end}{tail}"
+
+
+def block(text: str, marker: str) -> str:
+    """What lies between the markers (`replace_block`), without the newlines around it."""
+    return text.split(f"<!-- {marker} -->", 1)[1].split(f"<!-- /{marker} -->", 1)[0].strip("\n")
