@@ -156,6 +156,53 @@ def test_easy_and_hard_prompt_sets_differ_only_in_data(model, method):
     assert "-easy/" in easy["dataset_name"] and "-hard/" in hard["dataset_name"]
 
 
+# The step-time table's columns, as the paper names its methods, and the sampling each one's recipe must set.
+STEP_TIME_METHODS = {
+    "GRPO": ("uniform", None),
+    "Seq-pos": ("positive", (8, 4)),  # the paper's rounds: 8 per round, at most 4
+    "Seq-balance": ("balanced", (8, 4)),
+    "Est": ("estimate", None),
+}
+
+
+def step_time_table() -> dict[str, dict[str, str]]:
+    """recipes/README.md's table of the paper's step times: model -> {method column -> cell}."""
+    text = (RECIPES_DIR / "README.md").read_text().split("## What to expect: the paper's step times", 1)[1]
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert header[0] == "model" and set(header[1:]) == set(STEP_TIME_METHODS), header
+    table = {}
+    for row in rows[2:]:  # below the |---| line
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        table[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
+    return table
+
+
+def test_every_time_in_the_step_time_table_has_its_recipe():
+    """A time the table gives for a model and method promises a recipe to run it: the model's folder must hold a
+    recipe of that model with that method's sampling."""
+    table = step_time_table()
+    assert set(table) == {"Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B"}
+    named = 0
+    for model, cells in table.items():
+        recipes = [yaml.safe_load(path.read_text()) for path in sorted((RECIPES_DIR / model.lower()).glob("*.yaml"))]
+        for method, cell in cells.items():
+            if cell == "-":
+                continue
+            assert cell.isdigit(), f"{model} {method}: {cell!r} is neither seconds nor '-'"
+            strategy, rounds = STEP_TIME_METHODS[method]
+            matching = [
+                recipe
+                for recipe in recipes
+                if recipe["model_name_or_path"] == f"Qwen/{model}"
+                and recipe["sampling_strategy"] == strategy
+                and (rounds is None or (recipe["samples_per_round"], recipe["max_rounds"]) == rounds)
+            ]
+            assert matching, f"the table gives {model} {method} {cell} s, and no recipe runs it"
+            named += 1
+    assert named == 7  # three methods on each model, and Est on the 1.5B model
+
+
 EXPECTED_LAUNCH = {  # accelerate config -> (distributed type, DeepSpeed ZeRO stage or None)
     "ddp": ("MULTI_GPU", None),
     "zero2": ("DEEPSPEED", 2),
