@@ -2,7 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Installed first, by scripts/install_torch.sh: from PyTorch's CPU wheel index where there is no NVIDIA GPU (from the
-# default index, saying so, when that index cannot be reached), else from the default index (the CUDA build).
+# default index, saying so, when that index cannot be reached), else from the default index (the CUDA build); it ends
+# with a line naming the torch version and build it installed.
 # TORCH="torch==<version>" installs another version; TORCH= skips this (install your own build into $(VENV) first).
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed

@@ -1,8 +1,11 @@
 """scripts/install_torch.sh, what `make install` runs first: the CPU build from PyTorch's CPU index where there is no
-NVIDIA GPU, the default index (and a line saying so) when that index cannot be reached or pip fails on it.
+NVIDIA GPU, the default index (and a line saying so) when that index cannot be reached or pip fails on it; on every
+path, a last line naming the torch version and build the venv then imports.
 
-No network: pip is a stand-in that records its arguments, the reachable index is a local HTTP server, and the
-unreachable one a local port nothing listens on.
+No network: pip is a stand-in that records its arguments and leaves a stand-in torch where the script's Python
+imports it (the CPU build from an index URL, as PyTorch's CPU index serves it; the CUDA build from the default
+index, as Linux x86_64 gets it), the reachable index is a local HTTP server, and the unreachable one a local port
+nothing listens on.
 """
 
 import functools
@@ -25,12 +28,24 @@ REQUIREMENT = "torch==2.13.0"
 pytestmark = pytest.mark.skipif(platform.system() != "Linux", reason="the CPU index is used on Linux only")
 
 FAKE_PIP = """#!{python}
-import json, os, sys
+import json, os, pathlib, sys
 with open(os.environ["FAKE_PIP_LOG"], "a") as log:
     log.write(json.dumps(sys.argv[1:]) + "\\n")
 fail = os.environ.get("FAKE_PIP_FAIL", "")
-sys.exit(1 if fail == "all" or (fail == "index" and "--index-url" in sys.argv) else 0)
+cpu = "--index-url" in sys.argv
+if fail == "all" or (fail == "index" and cpu):
+    sys.exit(1)
+torch = pathlib.Path(os.environ["FAKE_TORCH_DIR"]) / "torch"
+torch.mkdir(parents=True, exist_ok=True)
+if os.environ.get("FAKE_TORCH_BROKEN"):
+    (torch / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: cannot open shared object file')")
+else:
+    version, cuda = ("2.13.0+cpu", None) if cpu else ("2.13.0", "12.8")
+    (torch / "__init__.py").write_text(f"from . import version\\n__version__ = {{version!r}}")
+    (torch / "version.py").write_text(f"cuda = {{cuda!r}}\\nhip = None")
 """
+CPU_BUILD = "install_torch: installed torch 2.13.0+cpu (CPU build)"
+CUDA_BUILD = "install_torch: installed torch 2.13.0 (CUDA 12.8 build)"
 
 
 @pytest.fixture
@@ -66,10 +81,15 @@ def unreachable_index():
     return f"http://127.0.0.1:{port}/whl/cpu"
 
 
-def run(tmp_path, pip, index, gpu="no", fail="", path=None):
+def run(tmp_path, pip, index, gpu="no", fail="", path=None, broken=False):
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TORCH_", "PIP"))}
     env |= {"PIP": str(pip), "TORCH_CPU_INDEX": index, "TORCH_GPU": gpu, "FAKE_PIP_LOG": str(tmp_path / "calls.log")}
-    env |= {"FAKE_PIP_FAIL": fail}
+    env |= {
+        "FAKE_PIP_FAIL": fail,
+        "FAKE_TORCH_DIR": str(tmp_path / "site"),
+        "FAKE_TORCH_BROKEN": "1" if broken else "",
+    }
+    env["PYTHONPATH"] = str(tmp_path / "site")  # the stand-in torch, ahead of any torch the test's Python has
     if path is not None:
         env["PATH"] = path
     result = subprocess.run(
@@ -86,6 +106,7 @@ def test_without_a_gpu_it_installs_from_the_cpu_index(tmp_path, fake_pip, reacha
     assert calls == [["install", "--quiet", "--index-url", reachable_index, REQUIREMENT]]
     assert f"the CPU build, from {reachable_index}" in result.stdout
     assert "falling back" not in result.stdout
+    assert result.stdout.splitlines()[-1] == CPU_BUILD
 
 
 def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(tmp_path, fake_pip, unreachable_index):
@@ -95,6 +116,7 @@ def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(tm
     assert f"{unreachable_index} cannot be used" in result.stdout
     assert "falling back to the default package index" in result.stdout
     assert "Connection refused" in result.stdout or "URLError" in result.stdout  # the cause, as the probe saw it
+    assert result.stdout.splitlines()[-1] == CUDA_BUILD  # what the fallback brought, not what was asked for
 
 
 def test_pip_failing_on_the_cpu_index_falls_back_too(tmp_path, fake_pip, reachable_index):
@@ -105,12 +127,14 @@ def test_pip_failing_on_the_cpu_index_falls_back_too(tmp_path, fake_pip, reachab
         ["install", "--quiet", REQUIREMENT],
     ]
     assert "pip failed on it" in result.stdout and "falling back" in result.stdout
+    assert result.stdout.splitlines()[-1] == CUDA_BUILD
 
 
 def test_a_failing_fallback_fails_the_script(tmp_path, fake_pip, unreachable_index):
     result, calls = run(tmp_path, fake_pip, unreachable_index, fail="all")
     assert result.returncode != 0
     assert len(calls) == 1
+    assert "installed torch" not in result.stdout
 
 
 def test_with_a_gpu_it_installs_from_the_default_index(tmp_path, fake_pip, reachable_index):
@@ -118,6 +142,7 @@ def test_with_a_gpu_it_installs_from_the_default_index(tmp_path, fake_pip, reach
     assert result.returncode == 0, result.stderr
     assert calls == [["install", "--quiet", REQUIREMENT]]
     assert "NVIDIA GPU found" in result.stdout
+    assert result.stdout.splitlines()[-1] == CUDA_BUILD
 
 
 def test_nvidia_smi_on_the_path_counts_as_a_gpu(tmp_path, fake_pip, reachable_index):
@@ -129,6 +154,15 @@ def test_nvidia_smi_on_the_path_counts_as_a_gpu(tmp_path, fake_pip, reachable_in
     result, calls = run(tmp_path, fake_pip, reachable_index, gpu="auto", path=path)
     assert calls == [["install", "--quiet", REQUIREMENT]]
     assert "NVIDIA GPU found" in result.stdout
+
+
+def test_a_torch_that_does_not_import_after_pip_fails_the_script_and_says_why(tmp_path, fake_pip, reachable_index):
+    result, calls = run(tmp_path, fake_pip, reachable_index, broken=True)
+    assert result.returncode == 1
+    assert len(calls) == 1, "pip succeeded: there is nothing to fall back from"
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("install_torch: pip installed torch==2.13.0, but torch does not import: ImportError")
+    assert "libtorch_cpu.so" in last
 
 
 def test_usage_errors_exit_2():

@@ -196,3 +196,23 @@ def test_the_notebook_quotes_the_benchmarks_as_they_give_them():
     benchmarks = " ".join(" ".join(path.read_text().split()) for path in [ROOT / "benchmarks" / "README.md", *studies])
     assert not [number for number in quoted if number not in benchmarks]
     assert not re.findall(r"\d+(?:\.\d+)? points\b", text)  # as the claims table writes them
+
+
+def test_the_files_and_sections_the_notebook_points_to_exist():
+    """The prose sends readers to result files and to sections of them (`path`, "Section title"): both must be there,
+    so a renamed study or heading cannot leave the notebook pointing nowhere."""
+    text = " ".join(
+        " ".join(cell.source.split())
+        for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+        if cell.cell_type == "markdown"
+    )
+    paths = re.findall(r"`((?:benchmarks|docs|recipes)/[\w./-]+\.(?:md|json))`", text)
+    assert "benchmarks/results/columns/skill_verdicts.md" in paths  # where the current benchmark's verdicts are
+    assert not [path for path in paths if not (ROOT / path).is_file()]
+    sections = re.findall(r"`([\w./-]+\.md)`, \"([^\"]+)\"", text)
+    assert sections, 'expected a pointer to a section: `file.md`, "Heading"'
+    for path, title in sections:
+        headings = [
+            line.lstrip("#").strip() for line in (ROOT / path).read_text().splitlines() if line.startswith("#")
+        ]
+        assert any(heading.startswith(title) for heading in headings), (path, title)

@@ -72,6 +72,58 @@ def test_est_rows_in_the_defaults_and_the_command(capsys):
         Strategy.est(4, Estimate(8, 2, 32))
 
 
+QUICK = ["--prompts", "64", "--batch-size", "64", "--epochs", "1", "--grpo", "4", "--dapo-batches", "0"]
+QUICK += ["--rules", "positive", "--round-sizing", "fixed"]
+
+
+def test_default_est_rows_follow_the_round_flags(capsys):
+    """A budget of 4 x 2 = 8 holds the default mean 8 but not 16: the run goes on without it, and says so."""
+    assert main([*QUICK, "--samples-per-round", "4", "--max-rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Ada Est inv_sqrt_p, mean 8 in [4, 8]" in out and "mean 16 in" not in out
+    (note,) = [line for line in out.splitlines() if "left out" in line]
+    assert "16" in note and "--estimate" in note and "--max-rounds" in note
+    assert main(QUICK) == 0  # the default budget, 8 x 4 = 32, holds both, and nothing is left out
+    out = capsys.readouterr().out
+    assert "mean 8 in [4, 32]" in out and "mean 16 in [4, 32]" in out and "left out" not in out
+    assert main([*QUICK, "--estimate"]) == 0  # a bare --estimate: no Est row, no note
+    out = capsys.readouterr().out
+    assert "Ada Est" not in out and "left out" not in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--samples-per-round", "4", "--max-rounds", "2", "--estimate", "16"], ["--estimate 16", "--max-rounds"]),
+        (["--estimate", "2"], ["--estimate 2", "--group-size 4"]),
+        # 8 completions in rounds of 4 need 2 rounds; in 1 round, rounds of 8
+        (["--group-size", "8", "--samples-per-round", "4", "--max-rounds", "1"], ["--max-rounds to 2", "to 8"]),
+        (["--samples-per-round", "0"], ["--samples-per-round"]),
+        (["--max-rounds", "0"], ["--max-rounds"]),
+        (["--grpo", "4", "0"], ["--grpo"]),
+        (["--dapo-batches", "-1"], ["--dapo-batches"]),
+        (["--min-negatives", "-1"], ["--min-negatives"]),
+        (["--prompts", "0"], ["--prompts"]),
+        (["--batch-size", "0"], ["--batch-size"]),
+    ],
+)
+def test_inconsistent_flags_fail_in_one_line_naming_them(flags, named, capsys):
+    assert main([*QUICK, *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("trl-ada simulate: error: --")
+    for text in named:
+        assert text in line
+
+
+def test_default_strategies_rejects_an_est_mean_outside_the_budget():
+    with pytest.raises(ValueError, match=r"Est mean 16 is outside .* = \[4, 8\]"):
+        default_strategies(samples_per_round=4, max_rounds=2, estimate_means=(16,))
+    with pytest.raises(ValueError, match=r"Est mean 2 is outside"):
+        default_strategies(estimate_means=(2,))
+
+
 # ---------------------------------------------------------------------------------------------------- engine
 def test_uniform_downsample_draws_every_subset_equally():
     """Pool: 3 positives, 3 negatives, 1 unscorable. Uniform keeps 2 of the 6 scorable: each of the 15 pairs w.p.

@@ -273,6 +273,70 @@ def _rule_key(schedule: Schedule) -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------------- command line
+DEFAULT_ESTIMATE_MEANS = (8, 16)  # Est rows when --estimate is not given; kept only where the user's budget holds them
+_BUDGET_FLAGS = "--samples-per-round x --max-rounds"
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Raise `ValueError` naming the flag(s) to change when the values cannot run together. The library's own checks
+    name config fields (`samples_per_round`), which a command-line user never typed."""
+    for flag, value in [
+        ("--prompts", args.prompts),
+        ("--batch-size", args.batch_size),
+        ("--epochs", args.epochs),
+        ("--group-size", args.group_size),
+    ]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}.")
+    if any(n < 1 for n in args.grpo):
+        raise ValueError(f"--grpo group sizes must be >= 1, got {' '.join(map(str, args.grpo))}.")
+    if args.dapo_batches < 0:
+        raise ValueError(f"--dapo-batches must be >= 0 (0 leaves DAPO out), got {args.dapo_batches}.")
+    for flag, value in [("--min-positives", args.min_positives), ("--min-negatives", args.min_negatives)]:
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} must be >= 0, got {value}.")
+    if not args.rules and not args.estimate:  # no Ada row and no Est row asked for: the round flags go unused
+        return
+    group, per_round, rounds = args.group_size, args.samples_per_round, args.max_rounds
+    for flag, value in [("--samples-per-round", per_round), ("--max-rounds", rounds)]:
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}.")
+    budget = per_round * rounds
+    if budget < group:
+        raise ValueError(
+            f"{_BUDGET_FLAGS} = {per_round} x {rounds} = {budget} is below --group-size {group}: a prompt could never "
+            f"fill its group. Raise --max-rounds to {math.ceil(group / per_round)} or "
+            f"--samples-per-round to {math.ceil(group / rounds)}, or lower --group-size to {budget}."
+        )
+    for mean in args.estimate or ():
+        if not group <= mean <= budget:
+            side = f"below --group-size {group}" if mean < group else f"above {_BUDGET_FLAGS} = {budget}"
+            raise ValueError(
+                f"--estimate {mean} is {side}: give means in [{group}, {budget}], change those flags, or pass a bare "
+                "--estimate to leave Est out."
+            )
+
+
+def estimate_rows(args: argparse.Namespace) -> tuple[list[int], str]:
+    """The Est means to simulate and a one-line note naming the default ones left out (empty when none is).
+
+    Means the user gave are used as they are (`check_flags` has checked them). The defaults are kept only where the
+    user's round flags hold them, so that `--samples-per-round 4 --max-rounds 2` runs instead of failing on a default
+    row the user never asked for."""
+    if args.estimate is not None:
+        return list(args.estimate), ""
+    low, high = args.group_size, args.samples_per_round * args.max_rounds
+    kept = [mean for mean in DEFAULT_ESTIMATE_MEANS if low <= mean <= high]
+    left_out = [str(mean) for mean in DEFAULT_ESTIMATE_MEANS if mean not in kept]
+    if not left_out:
+        return kept, ""
+    means = f"mean{'s' if len(left_out) > 1 else ''} {' and '.join(left_out)}"
+    return kept, (
+        f"Est: default {means} left out, outside [--group-size, {_BUDGET_FLAGS}] = [{low}, {high}]; "
+        "--estimate MEAN ... chooses the rows."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trl-ada simulate",
@@ -317,10 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--estimate",
         type=int,
         nargs="*",
-        default=[8, 16],
+        default=None,
         metavar="MEAN",
-        help="Reinforce-Ada-Est rows: mean samples per prompt, each within [group size, samples-per-round x "
-        "max-rounds] (default: 8 16)",
+        help="Reinforce-Ada-Est rows: mean samples per prompt, each within [--group-size, --samples-per-round x "
+        "--max-rounds]; a bare --estimate leaves Est out (default: those of 8 16 within that range, with a note "
+        "naming any left out)",
     )
     parser.add_argument(
         "--allocation-rule", default="inv_sqrt_p", choices=list(ALLOCATION_RULES), help="Est's allocation rule"
@@ -332,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_flags(args)
+        estimate_means, estimate_note = estimate_rows(args)
         pass_rates = parse_pass_rates(args.pass_rates, kept_only=not args.all_prompts)
         strategies = default_strategies(
             args.group_size,
@@ -343,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rules,
             args.min_positives,
             args.min_negatives,
-            args.estimate,
+            estimate_means,
             args.allocation_rule,
         )
         outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed, args.epochs)
@@ -355,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         f"seed {args.seed}; "
         f"Ada: group {args.group_size}, budget {args.samples_per_round} x {args.max_rounds}"
     )
+    if estimate_note:
+        print(estimate_note)
     print(format_table(outcomes))
     if args.plot:
         plot(outcomes, args.plot, title=pass_rates.name)

@@ -196,8 +196,13 @@ def default_strategies(
             rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives
         )
         strategies.append(Strategy(f"sequential limit ({rule})", sequential_limit(schedule), is_sequential_limit=True))
+    budget = samples_per_round * max_rounds
     for mean in estimate_means:
-        estimate = Estimate(mean, group_size, samples_per_round * max_rounds, allocation_rule)
+        if not group_size <= mean <= budget:  # Estimate's own message would not say which bound came from where
+            raise ValueError(
+                f"Est mean {mean} is outside [group_size, samples_per_round * max_rounds] = [{group_size}, {budget}]."
+            )
+        estimate = Estimate(mean, group_size, budget, allocation_rule)
         strategies.append(Strategy.est(group_size, estimate))
     return strategies
 
