@@ -10,10 +10,11 @@ on the skill; retention has its own family).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import paired_stats as ps
-from learning_catalog import BASELINE
+from learning_catalog import BASELINE, RESULTS
 
 # (claim, method, partner, task, frame): one row each, in the order the table shows them.
 CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
@@ -165,6 +166,47 @@ CONFIGURATIONS = {
 }
 
 
+# One H200 run at Qwen2.5-0.5B's shape (benchmarks/results/gpu/): each catalog key's run in that record.
+STEP_TIME_RECORD = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
+STEP_TIME_RUNS = {BASELINE: "grpo-4", "recommended": "ada-pos-4x2", "ada-balanced": "ada-bal-8x4"}
+
+
+def step_time_ratio(method: str, partner: str) -> float | None:
+    """The method's median step time over the partner's in the H200 record, or None where either was not timed."""
+    if method not in STEP_TIME_RUNS or partner not in STEP_TIME_RUNS:
+        return None
+    runs = {r["run"]: r for r in map(json.loads, STEP_TIME_RECORD.read_text().splitlines())}
+    return runs[STEP_TIME_RUNS[method]]["median_step_s"] / runs[STEP_TIME_RUNS[partner]]["median_step_s"]
+
+
+def steps_to_90(found: dict[str, Any]) -> float | None:
+    """Steps to 90% of the partner's whole-run skill gain over the partner's, the mean over the warm models that
+    resolved it (None if any did not)."""
+    values = [w["whole_run_ratios"]["steps_to_90"] for w in found["per_warm"].values()]
+    if any(not v["resolved"] or v["ratio"] is None for v in values):
+        return None
+    return sum(v["ratio"] for v in values) / len(values)
+
+
+def gpu_time_cell(found: dict[str, Any], method: str, partner: str) -> str:
+    """GPU time to 90% of the partner's skill gain, projected: the steps ratio times the measured step-time ratio."""
+    steps, time = steps_to_90(found), step_time_ratio(method, partner)
+    if steps is None or time is None:
+        return "not measured"
+    return f"{steps * time:.2f}x = {steps:.2f} x {time:.2f}"
+
+
+def counted_cell(found: dict[str, Any], measure: str, frame: str) -> str:
+    """`cell` of the reading, and on how many of the warm models that ran it its own test (two-way t, p < 0.05)
+    shows the reading's direction: "behind on 2/2" reads "the pooled estimate is below 0, and each of the two warm
+    models' own intervals lies below 0"."""
+    estimate = reading(found, measure, frame)
+    per_warm = [w["measures"][measure][frame] for w in found["per_warm"].values()]
+    direction = "ahead" if estimate["estimate"] > 0 else "behind"
+    shown = sum(w["p"] < 0.05 and (w["estimate"] > 0) == (estimate["estimate"] > 0) for w in per_warm)
+    return f"{cell(estimate)}; " + (f"{direction} on {shown}/{len(per_warm)}" if shown else f"0/{len(per_warm)}")
+
+
 def when_it_pays_rows(result: dict[str, Any]) -> list[list[str]]:
     """README's "When it pays" rows: a configuration is named and defined where it first appears."""
     rows, defined = [], set()
@@ -174,16 +216,17 @@ def when_it_pays_rows(result: dict[str, Any]) -> list[list[str]]:
         defined.add(method)
         found = _find(result, method, partner, task)
         if found is None:
-            rows.append([GROUPS[partner], label, "not run yet", "", "", "", ""])
+            rows.append([GROUPS[partner], label, "not run yet", "", "", "", "", ""])
             continue
         rows.append(
             [
                 GROUPS[partner],
                 label,
                 " / ".join(f"{mean_of(found, key):.1f}" for key in (partner, method)),
-                cell(reading(found, "skill", frame)),
-                cell(reading(found, "skill", "equal_steps")),
-                cell(reading(found, "retention", frame)),
+                counted_cell(found, "skill", frame),
+                counted_cell(found, "skill", "equal_steps"),
+                counted_cell(found, "retention", frame),
+                gpu_time_cell(found, method, partner),
                 ", ".join(str(w) for w in found["warm_models"]),
             ]
         )
@@ -199,8 +242,9 @@ def mean_of(found: dict[str, Any], key: str) -> float:
 def when_it_pays_table(result: dict[str, Any]) -> str:
     lines = [
         "| if you run | switching to | samples per prompt, yours / its | **skill per generated token**: Δ [95%] "
-        "| skill per step: Δ at equal steps | retention per generated token: Δ | warm models |",
-        "|---|---|---|---|---|---|---|",
+        "| skill per step: Δ at equal steps | retention per generated token: Δ "
+        "| GPU time to 90% of your skill gain, projected: steps x step time | warm models |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in when_it_pays_rows(result)]
     return "\n".join(lines)

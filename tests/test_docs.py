@@ -280,16 +280,18 @@ def test_the_readme_s_first_screen_says_what_has_run_where():
 
 README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
+# (the group a user runs today, the configuration) of each "When it pays" row, in order
 WHEN_IT_PAYS_ROWS = (
-    "recommended",
-    "the paper's defaults",
-    "Ada-Est",
-    "Seq-positive",
-    "GRPO n=16",
-    "the memory baseline",
+    ("GRPO n=4", "recommended"),
+    ("GRPO n=4", "the memory baseline"),
+    ("GRPO n=4", "Ada-Est"),
+    ("GRPO n=4", "Seq-positive"),
+    ("GRPO n=4", "the paper's defaults"),
+    ("GRPO n=8", "Ada-Est"),
+    ("GRPO n=16", "Seq-positive"),
+    ("GRPO n=16", "the paper's defaults"),
 )
-INTERVAL = re.compile(r"^[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
-RATIO_INTERVAL = re.compile(r"^\d\.\d{2}x \[\d\.\d{2}, (\d\.\d{2}|inf)\]$")
+SKILL_VERDICTS = ROOT / "benchmarks" / "results" / "columns" / "skill_verdicts.json"
 
 
 def when_it_pays_table() -> tuple[int, list[list[str]]]:
@@ -304,6 +306,13 @@ def when_it_pays_table() -> tuple[int, list[list[str]]]:
     ]
 
 
+def skill_tables():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import skill_tables
+
+    return skill_tables
+
+
 def test_the_readme_is_at_most_300_lines():
     assert len(README.read_text().splitlines()) <= README_MAX_LINES, "move reference text to docs/ and link it"
 
@@ -312,68 +321,77 @@ def test_the_when_it_pays_table_is_on_the_first_screen_with_a_row_per_configurat
     text = README.read_text()
     end, rows = when_it_pays_table()
     assert end <= FIRST_SCREEN_LINES and text.index("## When it pays") < text.index("\n## Contents\n")
-    assert len(rows) == len(WHEN_IT_PAYS_ROWS)
+    assert [(row[0], row[1].split("**")[1]) for row in rows] == list(WHEN_IT_PAYS_ROWS)
     before = text[: text.index("## When it pays")]
-    for row, name in zip(rows, WHEN_IT_PAYS_ROWS, strict=True):
-        assert len(row) == 6, row
+    defined = set()
+    for row in rows:
+        assert len(row) == 8, row
+        name = row[1].split("**")[1]
         # Defined where first named: the row opens with the name and a clause saying what it is.
-        assert row[0].startswith(f"**{name}**: ") and len(row[0]) > len(name) + 20, row[0]
-        assert name not in before, f"{name!r} is named before the table defines it"
-        assert re.fullmatch(r"\d+(\.\d+)?", row[1]) or row[1] == "not measured", row
-        assert all(INTERVAL.match(cell) or cell == "not measured" for cell in (row[2], row[4])), row
-        assert RATIO_INTERVAL.match(row[3]) or row[3] == "not measured", row
-        assert re.fullmatch(r"\d+\.\d{2}", row[5]) or row[5] == "not measured", row
+        if name not in defined:
+            assert row[1].startswith(f"**{name}**: ") and len(row[1]) > len(name) + 20, row[1]
+            assert name not in before, f"{name!r} is named before the table defines it"
+        defined.add(name)
+        for delta in row[3:6]:
+            assert re.fullmatch(
+                r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]; ((ahead|behind) on \d/\d|0/\d)", delta
+            ), row
     # The one-line rule follows the table, on the first screen.
     after = text[text.index("## When it pays") : text.index("\n## Contents\n")]
     assert "\n**The rule:** " in after
 
 
-def _delta(value: float, interval: list[float]) -> str:
-    return f"{value:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+def test_the_when_it_pays_and_claims_tables_are_the_skill_reports_own():
+    """README's "When it pays" and benchmarks/README.md's claims table are what `skill_report.py --write-docs` makes
+    from skill_verdicts.json, cell for cell; every comparison in them ran ten seeds per warm model."""
+    tables = skill_tables()
+    result = json.loads(SKILL_VERDICTS.read_text())
+    assert tables.block(README.read_text(), "when-it-pays") == tables.when_it_pays_table(result)
+    assert tables.block(BENCHMARKS.read_text(), "claims-table") == tables.claims_table(result)
+    for row in result["comparisons"]:
+        assert all(len(w["seeds"]) == 10 for w in row["per_warm"].values()), (row["method"], row["partner"])
 
 
-def test_the_when_it_pays_numbers_are_the_benchmarks_own():
-    """Each measured row is the columns report's: its samples per prompt, Δ AUC, steps to 90% and Δ pass@32 at
-    GRPO n=4's tokens, each with its interval, formatted from the JSON; a fixed-size row draws its group; the GPU step
-    times are the H200 record's medians over GRPO n=4's."""
+def test_the_when_it_pays_gpu_time_is_steps_times_the_h200_step_time():
+    """The projected GPU time: the mean over warm models of the steps to 90% of GRPO n=4's whole-run skill gain, times
+    the H200 record's median step time over GRPO n=4's (recomputed here from the record and the JSON)."""
     _, rows = when_it_pays_table()
-    by_name = {row[0].split("**")[1]: row for row in rows}
+    by_name = {(row[0], row[1].split("**")[1]): row for row in rows}
+    record = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
+    runs = {run["run"]: run["median_step_s"] for run in map(json.loads, record.read_text().splitlines())}
+    result = json.loads(SKILL_VERDICTS.read_text())
+    for name, key, run in (
+        ("recommended", "recommended", "ada-pos-4x2"),
+        ("the paper's defaults", "ada-balanced", "ada-bal-8x4"),
+    ):
+        found = next(
+            r for r in result["comparisons"] if (r["method"], r["partner"], r["task"]) == (key, "grpo-4", "columns")
+        )
+        steps = [w["whole_run_ratios"]["steps_to_90"]["ratio"] for w in found["per_warm"].values()]
+        time = runs[run] / runs["grpo-4"]
+        mean_steps = sum(steps) / len(steps)
+        assert by_name["GRPO n=4", name][6] == f"{mean_steps * time:.2f}x = {mean_steps:.2f} x {time:.2f}"
+    assert (
+        f"{runs['ada-pos-4x2'] / runs['grpo-4']:.2f}" == "1.60"
+        and f"{runs['ada-bal-8x4'] / runs['grpo-4']:.2f}" == "5.33"
+    )
 
-    def measured(report_name: str, key: str) -> list[str]:
-        report = json.loads((RESULTS / "columns" / f"learning_per_token_{report_name}.json").read_text())
-        assert len(report["seeds"]) == 10
-        summary = next(row for row in report["summary"] if row["key"] == key)
-        pass32 = summary["heldout_vs_baseline"]["equal_tokens"]["pass@32"]
-        low, high = summary["steps_to_90_ratio_ci"]
-        return [
-            f"{summary['samples_per_prompt']:.2f}",
-            _delta(summary["auc_delta"], summary["auc_delta_ci"]),
-            f"{summary['steps_to_90_ratio']:.2f}x [{low:.2f}, {high:.2f}]",
-            _delta(pass32["delta"], pass32["ci"]),
-        ]
 
-    assert by_name["recommended"][1:5] == measured("columns_recommended", "recommended")
-    # Ada-Est draws exactly its budget, so its samples a prompt are written as the whole number it is set to.
-    est = measured("columns_epochs_est", "ada-est")
-    assert est[0] == "8.00" and by_name["Ada-Est"][1:5] == ["8", *est[1:]]
-    assert "four passes" in by_name["Ada-Est"][0] and "`columns-epochs`" in by_name["Ada-Est"][0]
-    assert by_name["Seq-positive"][1:5] == measured("columns_recommended", "ada-positive")
-    assert by_name["the paper's defaults"][1:5] == measured("columns_recommended", "ada-balanced")
-    assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
-    grpo16 = measured("columns_recommended", "grpo-16")
-    assert grpo16[0] == "16.00" and by_name["GRPO n=16"][1:5] == ["16", *grpo16[1:]]
-    memory = measured("columns_epochs_est", "memory-2")
-    assert memory[0] == "2.00" and by_name["the memory baseline"][1:5] == ["2", *memory[1:]]
-    # The row names the options the benchmark trained, and its prompts a step are twice GRPO n=4's.
+def test_the_when_it_pays_configurations_are_the_catalog_s():
+    """Each row's definition names the options the benchmark trained."""
+    _, rows = when_it_pays_table()
+    by_name = {row[1].split("**")[1]: row[1] for row in rows if row[1].count("**") == 2 and ": " in row[1]}
     assert catalog_settings("memory-2") == {
         "num_generations": 2,
         "sampling_strategy": "uniform",
         "advantage_baseline": "memory",
         "pass_rate_decay": 0.7,
     }
-    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"][0]
-    assert "twice the prompts" in by_name["the memory baseline"][0]
+    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"]
+    assert "twice the prompts" in by_name["the memory baseline"]
     assert learning_catalog().PROMPTS_FACTOR["memory-2"] == 2
+    assert "four passes" in by_name["Ada-Est"] and "`columns-epochs`" in by_name["Ada-Est"]
+    assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
     assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
     from trl_ada import ReinforceAdaConfig
@@ -381,14 +399,8 @@ def test_the_when_it_pays_numbers_are_the_benchmarks_own():
     defaults = {f.name: f.default for f in fields(ReinforceAdaConfig)}
     assert (defaults["samples_per_round"], defaults["max_rounds"]) == (8, 4)
     assert catalog_settings("ada-est")["samples_per_prompt_mean"] == 8
-    # A cell left unmeasured says so, and the README says where the superseded numbers are.
     text = " ".join(README.read_text().split())
     assert "benchmarks/results/rules/README.md#the-claims-table-on-the-rules-task" in text
-    record = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
-    runs = {run["run"]: run for run in map(json.loads, record.read_text().splitlines())}
-    grpo = runs["grpo-4"]["median_step_s"]
-    assert by_name["recommended"][5] == f"{runs['ada-pos-4x2']['median_step_s'] / grpo:.2f}" == "1.60"
-    assert by_name["the paper's defaults"][5] == f"{runs['ada-bal-8x4']['median_step_s'] / grpo:.2f}" == "5.33"
 
 
 def test_the_readme_links_the_reference_it_moved_to_docs():
@@ -601,4 +613,7 @@ def test_accuracy_differences_are_written_as_the_claims_table_writes_them():
         for doc in [*USER_DOCS, RESULTS / "rules" / "README.md"]
     }
     assert not any(found.values()), {doc: hits for doc, hits in found.items() if hits}
-    assert "+0.015 [-0.017, +0.045]" in section(BENCHMARKS.read_text(), "The paper's claims, one by one")
+    result = json.loads(SKILL_VERDICTS.read_text())
+    first = skill_tables().claims_rows(result)[0]["skill"]
+    written = f"{first['estimate']:+.3f} [{first['ci'][0]:+.3f}, {first['ci'][1]:+.3f}]"
+    assert written in section(BENCHMARKS.read_text(), "The paper's claims, one by one")
