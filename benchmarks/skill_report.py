@@ -43,6 +43,7 @@ PRIMARY = (
 # Comparisons read besides every method against GRPO n=4 and the catalog's pairings: the memory baseline's controls.
 CONTROLS = (("memory-2", "grpo-2-wide"), ("grpo-2-wide", BASELINE), ("memory-4", BASELINE))
 FAMILY_ALPHA = 0.05
+RATIO_RESAMPLES = 2000  # the whole-run ratios' paired bootstrap
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = {"claims-table": ROOT / "benchmarks" / "README.md", "when-it-pays": ROOT / "README.md"}
 SKILL_TASKS = ("columns", "columns-epochs")  # the tasks whose held-out rules split into skill and retention
@@ -97,7 +98,9 @@ def read_comparison(report: dict[str, Any], method: str, partner: str, ratios: b
         "measures": measures,
     }
     if ratios:
-        row["whole_run_ratios"] = sf.whole_run_ratio_intervals(base_runs, method_runs, sf.COLUMNS["skill"])
+        row["whole_run_ratios"] = sf.whole_run_ratio_intervals(
+            base_runs, method_runs, sf.COLUMNS["skill"], resamples=RATIO_RESAMPLES
+        )
     return row
 
 

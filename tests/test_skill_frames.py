@@ -167,7 +167,7 @@ def synthetic_report(warm, gain, seeds=6):
     return {"settings": settings | {"step_grid": GRID["steps"]}, "runs": runs}
 
 
-def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path):
+def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path, monkeypatch):
     """Three warm models on which `recommended` learns the skill faster and forgets the easy rules faster, by the
     same margin: P1 reads ahead on the skill and behind on retention, pooled over the three and after Holm; the
     comparisons not run are listed as such."""
@@ -175,6 +175,7 @@ def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path):
 
     import skill_report
 
+    monkeypatch.setattr(skill_report, "RATIO_RESAMPLES", 50)  # the ratios' intervals are tested above
     paths = []
     for warm in (0, 1, 2):
         path = tmp_path / f"warm{warm}.json"
