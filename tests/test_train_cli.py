@@ -54,6 +54,13 @@ def cpu_args(tmp_path, *extra):
     return ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path / "out"), *extra]
 
 
+def with_model(tmp_path, name: str) -> list[str]:
+    """Arguments where only the model is left to check: a reward and a small local dataset (every problem found
+    before the model loads is reported together, so the others must be fine for a message to stand alone)."""
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    return cpu_args(tmp_path, "--reward_funcs", "toy", "--dataset_name", str(data), "--model_name_or_path", name)
+
+
 def run_error(capsys, argv, code: int = cli.EXIT_USAGE) -> str:
     """Run main(argv), expect exit code `code` (a usage error unless said) and return the message (no traceback)."""
     assert main(argv) == code
@@ -390,7 +397,7 @@ def run_failure(capsys, argv) -> str:
 
 @pytest.mark.parametrize("name", ["./no/such/model", "/no/such/model", "~/no-such-model-here", "runs/a/b", "a\\b"])
 def test_a_missing_local_model_folder_is_one_line(tmp_path, capsys, name):
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", name))
+    err = run_error(capsys, with_model(tmp_path, name))
     assert err == f"trl-ada train: error: --model_name_or_path {name}: no such folder."  # no "Repo id must be..."
 
 
@@ -398,15 +405,15 @@ def test_a_mistyped_folder_next_to_real_ones_is_named(tmp_path, capsys, monkeypa
     (tmp_path / "runs" / "toy-cpu").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     # "runs/toy-cpx" could be a Hub id, but runs/ is a folder here: a path, with the close match named.
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs/toy-cpx"))
+    err = run_error(capsys, with_model(tmp_path, "runs/toy-cpx"))
     assert err.endswith("--model_name_or_path runs/toy-cpx: no such folder (did you mean runs/toy-cpu?).")
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs"))
+    err = run_error(capsys, with_model(tmp_path, "runs"))
     assert "--model_name_or_path runs: a folder, but not a model: it has no config.json" in err
 
 
 def test_a_hub_name_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub):
     start = time.monotonic()
-    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    err = run_failure(capsys, with_model(tmp_path, "nobody/nothing"))
     assert time.monotonic() - start < 5
     assert err == (
         "trl-ada train: error: --model_name_or_path nobody/nothing: not a local folder, and not in the Hugging Face "
@@ -419,7 +426,7 @@ def test_a_hub_name_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub):
 def test_a_hub_name_with_the_hub_unreachable_fails_in_seconds(tmp_path, capsys, hub):
     hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"  # nothing listens there
     start = time.monotonic()
-    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    err = run_failure(capsys, with_model(tmp_path, "nobody/nothing"))
     assert time.monotonic() - start < HUB_CHECK_SECONDS  # huggingface_hub's own retries took about 25 s
     assert (
         f"not in the Hugging Face cache ({tmp_path / 'hub-cache'}), and the Hub ({hub.ENDPOINT}) cannot be reached ("

@@ -74,6 +74,7 @@ from .compat import (
     local_reward_gather,
     open_streaming_engine,
     prepare_rollouts,
+    quiet_all_none_warning,
     rollout_state_kept,
 )
 from .config import ReinforceAdaConfig
@@ -297,6 +298,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             _swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)),
             _swapped(self, "_pending_metrics", user_metrics),
             gather_locally,
+            quiet_all_none_warning(lambda: guard.failure is not None),
         ):
             rewards = super()._calculate_rewards(rows, prompts, completions, completion_ids)
         self._ada_reward_seconds += time.perf_counter() - started
