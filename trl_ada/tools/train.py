@@ -12,7 +12,7 @@ import pathlib
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from transformers.trainer_callback import ProgressCallback
 
@@ -166,6 +166,26 @@ def command_prefix(launcher: str) -> str:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "accelerate launch <your launch flags> -m trl_ada.train"
     return launcher
+
+
+# What a multi-process launcher leaves in the environment: torch.distributed.run (accelerate's --multi_gpu) sets
+# WORLD_SIZE, MPI (accelerate's --cpu with --mpirun_hostfile) its own size.
+STARTED_SEVERAL = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def single_cpu_launch_message(env: Mapping[str, str]) -> str | None:
+    """The warning for ``accelerate launch --cpu --num_processes N`` (N > 1) without MPI: accelerate's CPU launcher
+    then starts this one process, with MASTER_ADDR set for the N it was asked for but no process count, so the run
+    trains on one process. None for any other start."""
+    asked_for_several = "MASTER_ADDR" in env and env.get("ACCELERATE_USE_CPU", "").lower() in ("true", "1", "yes")
+    if not asked_for_several or any(name in env for name in STARTED_SEVERAL):
+        return None
+    return (
+        f"{PROG}: warning: `accelerate launch --cpu` started one process: without MPI (--mpirun_hostfile) its CPU "
+        "launcher runs a single process whatever --num_processes says, so this run trains on 1 process. For N CPU "
+        "processes over gloo: `accelerate launch --multi_gpu --num_processes N -m trl_ada.train ... --use_cpu true "
+        "--bf16 false`."
+    )
 
 
 def interrupted_message(output_dir: str, argv: Sequence[str], launcher: str = PROG) -> str:
@@ -322,6 +342,8 @@ def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
     (``python -m trl_ada.train`` when run as a module)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     trainer = training_args = None
+    if (warning := single_cpu_launch_message(os.environ)) is not None:
+        print(warning, file=sys.stderr)
     try:
         try:
             parsed = read_args(argv)
