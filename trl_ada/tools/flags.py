@@ -90,22 +90,22 @@ def recipe_value_problem(action: argparse.Action, value: Any) -> str | None:
     """What is wrong with a recipe's ``value`` for the flag ``action``, by the same rules the command line applies
     (its type and its choices), or None. A value only argparse can judge (a list, a field without a simple type) is
     left to the field's own checks."""
-    from transformers.hf_argparser import string_to_bool
-
     convert = action.type
     if convert is None or action.nargs not in (None, "?") or value is None:
         return None
-    kinds = {int: "an integer", float: "a number", string_to_bool: "true or false"}
+    # HfArgumentParser's bool fields convert with a `string_to_bool` (transformers' and TRL's each have one).
+    is_bool = getattr(convert, "__name__", "") == "string_to_bool"
+    wanted = "true or false" if is_bool else {int: "an integer", float: "a number"}.get(convert, "a valid value")
     if isinstance(value, str):
         try:
             value = convert(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
-            return f"{value!r} is not {kinds.get(convert, 'a valid value')}."
+            return f"{value!r} is not {wanted}."
     elif convert is int and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         return f"{value!r} is not an integer."
     elif convert is float and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return f"{value!r} is not a number."
-    elif convert is string_to_bool and not isinstance(value, bool):
+    elif is_bool and not isinstance(value, bool):
         return f"{value!r} is not true or false."
     if action.choices is not None and value not in action.choices:
         return f"{value!r} is not one of {[str(choice) for choice in action.choices]}."
