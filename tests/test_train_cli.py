@@ -21,7 +21,7 @@ import torch
 from trl import DatasetMixtureConfig, GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_ada.adapter.config import ReinforceAdaConfig
-from trl_ada.adapter.errors import UsageError
+from trl_ada.adapter.errors import RunError, UsageError
 from trl_ada.adapter.model_names import HUB_CHECK_SECONDS
 from trl_ada.tools import cli
 from trl_ada.tools.reproducible import PINNED_ENV
@@ -775,6 +775,27 @@ def test_a_model_that_does_not_load_is_one_line(tmp_path, capsys, toy_cold_dir):
 def script(dataset_name: str):
     script_args, _, _, dataset_args = parse_args(["--dataset_name", dataset_name, "--use_cpu", "true"])
     return script_args, dataset_args
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (ConnectTimeout)"),
+        datasets.exceptions.DatasetNotFoundError(
+            "Dataset 'nobody/nothing' doesn't exist on the Hub or cannot be accessed."
+        ),
+    ],
+)
+def test_a_hub_dataset_that_does_not_load_is_one_run_error(monkeypatch, error):
+    """Past the name check (the Hub answered), datasets' own refusal is the message, without its traceback."""
+
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    with pytest.raises(RunError) as info:
+        load_data(*script("nobody/nothing"), local=False)
+    assert str(info.value) == f"cannot load --dataset_name nobody/nothing: {error}"
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet", ".csv"])

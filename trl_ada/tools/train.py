@@ -253,7 +253,7 @@ def build_trainer(parsed: ParsedArgs, problems: Sequence[UsageError | RunError] 
     if dataset_args is not None:
         local = attempt(check_dataset_name, script_args, dataset_args)
         if local or (local is not None and not found):
-            data = attempt(load_data, script_args, dataset_args)
+            data = attempt(load_data, script_args, dataset_args, local)
             if data is not None:
                 train, evaluation, data_found = split_problems(data, script_args, training_args, rewards or [])
                 found += [RunError(problem) for problem in data_found]

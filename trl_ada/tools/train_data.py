@@ -91,8 +91,10 @@ def check_dataset_name(script_args: TrainScriptArguments, dataset_args: DatasetM
     return False
 
 
-def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureConfig):
-    """The dataset as a DatasetDict (or IterableDatasetDict when streaming), from whichever source was named."""
+def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureConfig, local: bool | None = None):
+    """The dataset as a DatasetDict (or IterableDatasetDict when streaming), from whichever source was named.
+    ``local``: what :func:`check_dataset_name` returned for it (None: it is checked here), so that the Hub is asked
+    once."""
     import datasets
 
     name = script_args.dataset_name
@@ -100,7 +102,8 @@ def load_data(script_args: TrainScriptArguments, dataset_args: DatasetMixtureCon
         from trl import get_dataset
 
         return get_dataset(dataset_args)  # a YAML `datasets:` mixture wins over dataset_name, as in `trl grpo`
-    local = check_dataset_name(script_args, dataset_args)
+    if local is None:
+        local = check_dataset_name(script_args, dataset_args)
     if name.startswith(BUILTIN_PREFIX):
         from ..toy import toy_dataset_split
 
