@@ -367,3 +367,64 @@ def test_the_budget_error_names_the_smallest_value_of_each_field_that_fills_the_
                 build(*too_small)
     with pytest.raises(ValueError, match="could never be filled"):
         build(samples_per_round, max_rounds, smaller_group + 1)
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Every problem at once, and GRPOConfig's numbers that would otherwise fail only once the model is loaded
+# -------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # num_generations=0 made GRPOConfig fail with a ZeroDivisionError; a negative learning rate failed in torch's
+        # optimizer, temperature 0 and max_completion_length 0 in transformers' generate, after the model loaded.
+        (
+            {"num_generations": 0},
+            "num_generations must be an integer >= 2 (GRPO compares the completions of a prompt with each other), "
+            "got 0.",
+        ),
+        ({"learning_rate": -1e-4}, "learning_rate must be a number >= 0, got -0.0001."),
+        ({"learning_rate": math.nan}, "learning_rate must be a number >= 0, got nan."),
+        ({"temperature": 0.0}, "temperature must be a number > 0 (completions are sampled), got 0.0."),
+        ({"max_completion_length": 0}, "max_completion_length must be an integer >= 1 or None, got 0."),
+        ({"top_p": 0.0}, "top_p must be a number in (0, 1], got 0.0."),
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be a number > 0, got 0.0."),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be an integer >= 1, got 0."),
+    ],
+)
+def test_trainer_numbers_that_fail_late_are_refused_when_the_config_is_built(make, kwargs, message):
+    with pytest.raises(ValueError) as info:
+        make(**kwargs)
+    assert str(info.value) == message
+
+
+def test_every_problem_is_named_at_once_numbered_on_one_line(make):
+    with pytest.raises(ValueError) as info:
+        make(learning_rate=-1.0, temperature=0.0, samples_per_round=0, selection_floor=0.0)
+    assert str(info.value) == (
+        "4 problems with the settings: (1) learning_rate must be a number >= 0, got -1.0. (2) temperature must be a "
+        "number > 0 (completions are sampled), got 0.0. (3) samples_per_round must be >= 1, got 0. (4) "
+        "selection_floor must be in (0, 1], got 0.0: with 0 a skipped prompt would never be sampled again, so its "
+        "memory could never show that it changed."
+    )
+    assert info.value.problems[2] == "samples_per_round must be >= 1, got 0."
+
+
+def test_a_group_size_of_zero_is_one_problem_not_a_zero_division_nor_its_consequences(make):
+    with pytest.raises(ValueError) as info:
+        make(num_generations=0, max_rounds=0)
+    # Not also "pilot_size must be ... num_generations - 1 = -1": a consequence of the same value.
+    assert str(info.value) == (
+        "2 problems with the settings: (1) num_generations must be an integer >= 2 (GRPO compares the completions of "
+        "a prompt with each other), got 0. (2) max_rounds must be >= 1, got 0."
+    )
+
+
+def test_an_unknown_strategy_stops_the_rules_that_need_a_known_one(make):
+    with pytest.raises(ValueError) as info:
+        make(sampling_strategy="greedy", samples_per_round=0, learning_rate=-1.0)
+    assert str(info.value) == (
+        "2 problems with the settings: (1) learning_rate must be a number >= 0, got -1.0. (2) "
+        "sampling_strategy='greedy' is not one of ('balanced', 'positive', 'uniform', 'estimate')."
+    )

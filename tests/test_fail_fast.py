@@ -431,3 +431,23 @@ def test_plain_string_prompts_to_a_model_that_is_not_a_toy_say_nothing(tmp_path)
     assert toy_plain_prompt_message(str(folder), plain.select([])) is None  # nothing to look at
     assert toy_plain_prompt_message(str(folder), None) is None
     assert toy_plain_prompt_message(str(folder), plain.to_iterable_dataset()) is None  # not read: no length
+
+
+def test_trl_s_all_rewards_none_warning_is_dropped_only_after_a_reward_function_failed(caplog):
+    """GRPOTrainer logs it through accelerate's adapter ("[RANK 0] All reward functions returned None ..."); after a
+    guarded failure it would come before the real error and blame the values."""
+    from accelerate import PartialState
+    from trl.trainer import grpo_trainer
+
+    from trl_ada.adapter.compat import quiet_all_none_warning
+
+    PartialState()  # accelerate's logger needs its state
+    failed = False
+    with caplog.at_level("WARNING"), quiet_all_none_warning(lambda: failed):
+        grpo_trainer.logger.warning("All reward functions returned None for the following kwargs: {}")
+        assert "All reward functions returned None" in caplog.text  # a None returned on purpose: still warned
+        caplog.clear()
+        failed = True
+        grpo_trainer.logger.warning("All reward functions returned None for the following kwargs: {}")
+        grpo_trainer.logger.warning("another warning")
+    assert "All reward functions returned None" not in caplog.text and "another warning" in caplog.text

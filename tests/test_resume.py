@@ -462,3 +462,48 @@ def test_a_batch_saved_with_another_window_is_not_restored(steps_per_generation,
     ReinforceAdaTrainer._load_generation_batch(trainer, saved)
     assert (trainer._step, trainer._buffered_inputs) == ((3, saved["buffered_inputs"]) if restored else (0, None))
     assert ("GRPOTrainer generates a new batch" in caplog.text) != restored
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Resuming from a checkpoint that is not there, or that has nothing left to train
+# -------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_missing_checkpoint_is_one_clear_error_before_anything_is_read(toy_cold_dir, tmp_path, caplog):
+    trainer = small_run(toy_cold_dir, tmp_path / "out", counting_reward())
+    missing = tmp_path / "out" / "checkpoint-7"
+    with pytest.raises(FileNotFoundError) as info:
+        trainer.train(resume_from_checkpoint=str(missing))
+    assert str(info.value) == (
+        f"resume_from_checkpoint='{missing}': no such folder. Pass a checkpoint-N folder a run saved in its "
+        "output_dir, or resume_from_checkpoint=True for the latest one in args.output_dir."
+    )
+    assert "pass-rate memory" not in caplog.text  # the misleading line that came first
+    assert trainer.state.global_step == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_steps", [1, 2])
+def test_resuming_at_or_past_max_steps_trains_nothing_and_keeps_the_checkpoint_s_model(
+    toy_cold_dir, tmp_path, caplog, max_steps
+):
+    first = small_run(toy_cold_dir, tmp_path / "out", counting_reward(), max_steps=2)
+    first.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    saved = {name: tensor.clone() for name, tensor in first.model.state_dict().items()}
+
+    reward = counting_reward()
+    resumed = small_run(toy_cold_dir, tmp_path / "again", reward, max_steps=max_steps)
+    result = resumed.train(resume_from_checkpoint=str(checkpoint))
+    # Trainer checks max_steps only after a step: it would have trained step 3. Nothing is generated here.
+    assert reward.calls == 0 and result.global_step == 2 and resumed.state.global_step == 2
+    expected = (
+        f"Nothing to train: {checkpoint} was saved at step 2 and max_steps is {max_steps}; the model and trainer "
+        "state are the checkpoint's. Raise max_steps to train on from it."
+    )
+    assert expected in caplog.text
+    for name, tensor in resumed.model.state_dict().items():  # what save_model would write: the checkpoint's weights
+        assert torch.equal(tensor, saved[name]), name
+    assert len(resumed.state.log_history) == len(
+        json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+    )

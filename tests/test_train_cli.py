@@ -18,10 +18,10 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
-from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig
+from trl import DatasetMixtureConfig, GRPOConfig, GRPOTrainer, ModelConfig
 
 from trl_ada.adapter.config import ReinforceAdaConfig
-from trl_ada.adapter.errors import UsageError
+from trl_ada.adapter.errors import RunError, UsageError
 from trl_ada.adapter.model_names import HUB_CHECK_SECONDS
 from trl_ada.tools import cli
 from trl_ada.tools.reproducible import PINNED_ENV
@@ -52,6 +52,13 @@ def free_port() -> int:
 
 def cpu_args(tmp_path, *extra):
     return ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(tmp_path / "out"), *extra]
+
+
+def with_model(tmp_path, name: str) -> list[str]:
+    """Arguments where only the model is left to check: a reward and a small local dataset (every problem found
+    before the model loads is reported together, so the others must be fine for a message to stand alone)."""
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    return cpu_args(tmp_path, "--reward_funcs", "toy", "--dataset_name", str(data), "--model_name_or_path", name)
 
 
 def run_error(capsys, argv, code: int = cli.EXIT_USAGE) -> str:
@@ -353,6 +360,295 @@ def test_config_validation_errors_are_reported_without_traceback(capsys):
 
 
 # -------------------------------------------------------------------------------------------------------------------
+# Every problem found before the model loads, in one numbered line; recipe values named by file and key
+# -------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if a trainer gets as far as loading a model."""
+
+    def reached(self, *args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", reached)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        # a ZeroDivisionError inside GRPOConfig before
+        (["--num_generations", "0"], "num_generations must be an integer >= 2 (GRPO compares the completions of a "
+         "prompt with each other), got 0."),
+        # refused by torch's optimizer, after the model loaded
+        (["--learning_rate=-1e-4"], "learning_rate must be a number >= 0, got -0.0001."),
+        # refused by transformers' generate, after the model loaded
+        (["--temperature", "0"], "temperature must be a number > 0 (completions are sampled), got 0.0."),
+        (["--max_completion_length", "0"], "max_completion_length must be an integer >= 1 or None, got 0."),
+    ],
+)  # fmt: skip
+def test_values_refused_late_before_are_one_line_before_the_model_loads(capsys, no_model_load, flags, message):
+    err = run_error(capsys, ["--config", str(TOY_RECIPE), *flags])
+    assert err == f"trl-ada train: error: {message}"
+
+
+def test_a_negative_number_after_a_flag_is_its_value(capsys, no_model_load):
+    _, config, _, _ = parse_args(["--config", str(TOY_RECIPE), "--positive_threshold", "-1e-3", "--seed", "-3"])
+    assert (config.positive_threshold, config.seed) == (-0.001, -3)
+    _, config, _, _ = parse_args(["--config", str(TOY_RECIPE), "--positive_threshold", "-.5"])
+    assert config.positive_threshold == -0.5
+    err = run_error(capsys, ["--config", str(TOY_RECIPE), "--learning_rate", "-1e-4"])  # needed `=` before
+    assert err == "trl-ada train: error: learning_rate must be a number >= 0, got -0.0001."
+
+
+def test_every_settings_problem_is_reported_at_once_numbered(capsys, no_model_load):
+    argv = ["--config", str(TOY_RECIPE), "--num_generations", "0", "--learning_rate", "-1", "--temperature", "0"]
+    assert run_error(capsys, argv) == (
+        "trl-ada train: error: 3 problems with the settings: (1) num_generations must be an integer >= 2 (GRPO "
+        "compares the completions of a prompt with each other), got 0. (2) learning_rate must be a number >= 0, got "
+        "-1.0. (3) temperature must be a number > 0 (completions are sampled), got 0.0."
+    )
+
+
+def recipe_with(tmp_path, **values) -> Path:
+    """The toy recipe with some of its `key: value` lines replaced (YAML text: values as written in a file)."""
+    text = TOY_RECIPE.read_text()
+    for key, value in values.items():
+        text, count = re.subn(rf"(?m)^{key}:.*$", f"{key}: {value}", text)
+        assert count == 1, key
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_bad_values_in_a_recipe_are_named_by_file_and_key_all_at_once(tmp_path, capsys, no_model_load):
+    recipe = recipe_with(tmp_path, learning_rate="abc", use_cpu="maybe", max_steps="2.5", sampling_strategy="nope",
+                         temperature="0", samples_per_round="0")  # fmt: skip
+    err = run_error(capsys, ["--config", str(recipe)])
+    assert err == (
+        f"trl-ada train: error: 6 problems with the settings: (1) recipe {recipe}, key use_cpu: 'maybe' is not true "
+        f"or false. (2) recipe {recipe}, key learning_rate: 'abc' is not a number. (3) recipe {recipe}, key "
+        f"max_steps: 2.5 is not an integer. (4) recipe {recipe}, key sampling_strategy: 'nope' is not one of "
+        "['balanced', 'positive', 'uniform', 'estimate']. (5) temperature must be a number > 0 (completions are "
+        f"sampled), got 0. (recipe {recipe}, key temperature) (6) samples_per_round must be >= 1, got 0. (recipe "
+        f"{recipe}, key samples_per_round)"
+    )
+    # The same value on the command line is the flag's, not the recipe's.
+    err = run_error(capsys, ["--config", str(recipe_with(tmp_path, temperature="1.0")), "--temperature", "0"])
+    assert err == "trl-ada train: error: temperature must be a number > 0 (completions are sampled), got 0.0."
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model_name_or_path: builtin:toy\nfoo: [1, 2\n", "is not valid YAML: expected ',' or ']', but got '<stream "
+         "end>' at line 3, column 1."),
+        ("learning_rate: 1e-4\n  bad indent: 1\n", "is not valid YAML: mapping values are not allowed here at line "
+         "2, column 13."),
+        ("- a\n- b\n", "holds a YAML list, not a mapping of `field: value` lines."),
+    ],
+)  # fmt: skip
+def test_a_recipe_that_is_not_a_yaml_mapping_is_one_line(tmp_path, capsys, text, message):
+    recipe = tmp_path / "broken.yaml"
+    recipe.write_text(text)
+    assert run_error(capsys, ["--config", str(recipe)]) == f"trl-ada train: error: --config {recipe} {message}"
+
+
+@pytest.mark.skipif(bool(__import__("importlib").util.find_spec("vllm")), reason="vLLM is installed")
+def test_a_gpu_recipe_on_a_cpu_names_every_problem_in_its_first_run(tmp_path, capsys, hub, hardware, monkeypatch):
+    """The report's four attempts (bf16, then vLLM, then the model, then the data) are one run now."""
+    hardware(cuda=False, bf16=False)
+    monkeypatch.chdir(tmp_path)  # no data/ folder here
+    recipe = RECIPES_DIR / "lora-1gpu.yaml"
+    err = run_error(capsys, ["--config", "lora-1gpu"])
+    assert err == (
+        "trl-ada train: error: 4 problems: (1) bf16 mixed precision is on (GRPOConfig's default, or the recipe asks "
+        "for it) but no bf16-capable GPU is visible. On a GPU machine, check that `python -c 'import torch; "
+        "print(torch.cuda.is_available())'` prints True (CUDA_VISIBLE_DEVICES, driver, a CUDA build of torch). To "
+        "train on the CPU on purpose, pass `--use_cpu true --bf16 false` (the toy-cpu recipe does). (recipe "
+        f"{recipe}, key bf16) (2) use_vllm is true (vllm_mode='colocate') but vLLM is not installed. Install it with "
+        "`pip install -e '.[vllm]'` in the trl-ada clone (it needs a CUDA GPU), or pass `--use_vllm false` to "
+        "generate with transformers. (3) --model_name_or_path Qwen/Qwen2.5-Math-1.5B: not a local folder, and not "
+        f"in the Hugging Face cache ({tmp_path / 'hub-cache'}), and HF_HUB_OFFLINE is set, so it cannot be "
+        "downloaded: download it where there is network (`hf download Qwen/Qwen2.5-Math-1.5B`) and copy the cache "
+        "here (or point HF_HOME at it), or pass a local folder. (4) --dataset_name "
+        "data/qwen2.5-math-1.5b-hard/train.jsonl: no such file."
+    )
+
+
+def test_vllm_without_a_gpu_is_refused_in_either_mode(hardware, monkeypatch):
+    import importlib.util
+
+    from trl_ada.tools.train_args import vllm_problem
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a)
+    )
+    hardware(cuda=False, bf16=False)
+    assert vllm_problem(True, "colocate") == (
+        "use_vllm is true but no CUDA GPU is visible: vllm_mode='colocate' runs vLLM in this process. Run on a GPU, "
+        "or pass `--use_vllm false` to generate with transformers."
+    )
+    assert "vllm_mode='server' sends the weights to the server over NCCL" in vllm_problem(True, "server")
+    assert vllm_problem(False, "colocate") is None
+    hardware(cuda=True, bf16=True)
+    assert vllm_problem(True, "colocate") is None
+
+
+def test_the_async_recipe_says_what_runs_it_and_suggests_no_wrong_field(capsys):
+    recipe = RECIPES_DIR / "async-balanced.yaml"
+    assert "async-balanced" in __import__("trl_ada.tools.catalog", fromlist=["names"]).names("recipes")
+    err = run_error(capsys, ["--config", "async-balanced"])
+    assert err == (
+        f"trl-ada train: error: {recipe} is a recipe for TRL's asynchronous trainer (AsyncGRPOTrainer with "
+        "trl-ada's rollout worker: AsyncGRPOConfig fields and an `ada:` section), not for `trl-ada train`. Run it "
+        "with `python -m trl_ada.gpu_async_check --config async-balanced` (docs/async.md: a Hopper GPU and a vLLM "
+        "server), or train with a `trl-ada train` recipe (`trl-ada recipes` lists them)."
+    )
+    from trl_ada.tools.gpu_async_check import parse_args as async_check_args
+
+    assert async_check_args(["--config", "async-balanced"]).config == "async-balanced"  # the command it names parses
+
+
+def test_an_asynchronous_trainer_field_is_not_offered_a_distant_one(tmp_path, capsys):
+    recipe = tmp_path / "async-keys.yaml"
+    recipe.write_text(TOY_RECIPE.read_text() + "max_staleness: 4\nmax_inflight_tasks: 256\nweight_sync_steps: 1\n")
+    err = run_error(capsys, ["--config", str(recipe)])
+    assert err == (
+        f"trl-ada train: error: {recipe} has unknown keys ['max_staleness', 'max_inflight_tasks', "
+        "'weight_sync_steps']: check the spelling (`trl-ada train --help`)."
+    )  # were offered max_steps, max_in_flight and ref_model_sync_steps
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Hub datasets: offline or unreachable, one line at once unless cached
+# -------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets-cache")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", datasets.config.HF_HUB_OFFLINE)
+    return tmp_path / "datasets-cache"
+
+
+def test_a_hub_dataset_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub, datasets_cache, toy_cold_dir):
+    argv = cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", str(toy_cold_dir))
+    start = time.monotonic()
+    err = run_failure(capsys, [*argv, "--dataset_name", "nobody/nothing"])
+    assert time.monotonic() - start < 5
+    assert err == (
+        "trl-ada train: error: --dataset_name nobody/nothing: not a local file or folder, and not in the datasets "
+        f"cache ({datasets_cache}), and HF_HUB_OFFLINE is set, so it cannot be downloaded: load it once where there "
+        "is network and copy the cache here (or point HF_HOME at it), or pass a local file or folder (`trl-ada "
+        "prepare` writes one)."
+    )
+
+
+def test_a_hub_dataset_with_the_hub_unreachable_fails_in_seconds(tmp_path, capsys, hub, datasets_cache, toy_cold_dir):
+    import datasets
+
+    hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    datasets.config.HF_HUB_OFFLINE = False
+    argv = cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", str(toy_cold_dir))
+    start = time.monotonic()
+    err = run_failure(capsys, [*argv, "--dataset_name", "nobody/nothing"])
+    assert time.monotonic() - start < HUB_CHECK_SECONDS  # datasets' own retries took 30 s
+    assert err.startswith(
+        f"trl-ada train: error: --dataset_name nobody/nothing: not a local file or folder, and not in the datasets "
+        f"cache ({datasets_cache}), and the Hub ({hub.ENDPOINT}) cannot be reached ("
+    )
+    assert err.endswith("check the network (and HF_ENDPOINT or a proxy), or load it once where there is network and "
+                        "copy the cache here (or point HF_HOME at it), or pass a local file or folder (`trl-ada "
+                        "prepare` writes one).")  # fmt: skip
+
+
+def test_a_cached_hub_dataset_is_loaded_offline_when_the_hub_is_unreachable(capsys, hub, datasets_cache):
+    import datasets
+
+    from trl_ada.adapter.model_names import check_hub_dataset
+
+    hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"
+    datasets.config.HF_HUB_OFFLINE = False
+    # datasets' layout of a dataset it has prepared: <namespace>___<name in snake case>/<config>/<version>/<hash>
+    (datasets_cache / "somebody___my_set" / "default" / "0.0.0" / "abc123").mkdir(parents=True)
+    check_hub_dataset("somebody/MySet")
+    assert hub.HF_HUB_OFFLINE is True and datasets.config.HF_HUB_OFFLINE is True
+    assert f"The Hub ({hub.ENDPOINT}) cannot be reached" in capsys.readouterr().err
+
+
+def test_every_problem_before_loading_includes_the_data(tmp_path, capsys, no_model_load, toy_cold_dir):
+    """Settings, model name and a local dataset's columns, in one run."""
+    data = write_rows(tmp_path / "q.jsonl", [{"question": "1+1", "answer": "2"}])
+    argv = cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "./no/model", "--dataset_name",
+                    str(data), "--temperature", "0")  # fmt: skip
+    assert run_error(capsys, argv) == (
+        "trl-ada train: error: 3 problems: (1) temperature must be a number > 0 (completions are sampled), got 0.0. "
+        "(2) --model_name_or_path ./no/model: no such folder. (3) The train split has no 'prompt' column; its columns "
+        "are ['question', 'answer']. Rename the question column to 'prompt' (a string or a list of chat messages), or "
+        "build the set with `trl-ada prepare`."
+    )
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# A reward function that fails in training; accelerate's one-process CPU launcher
+# -------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_reward_returning_the_wrong_number_of_values_is_one_line_exit_1(tmp_path, toy_cold_dir):
+    (tmp_path / "short_reward.py").write_text("def short(completions, **kwargs):\n    return [1.0]\n")
+    command = [sys.executable, "-m", "trl_ada.tools.cli", "train", *short_run(toy_cold_dir, tmp_path / "out", 1),
+               "--reward_funcs", "short_reward.short"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{REPO}:{tmp_path}"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == cli.EXIT_FAILURE
+    assert "Traceback" not in result.stderr and "All reward functions returned None" not in result.stderr
+    rows = 4 * 8  # 16 rows of groups of 4: 4 prompts, a first round of 8 samples each
+    assert result.stderr.strip().splitlines()[-1] == (
+        "trl-ada train: error: Reward function 'short' failed on the whole batch (no single row fails on its own): "
+        f"returned 1 rewards for {rows} completions. Return exactly one reward per completion (None for one that "
+        "cannot be scored). (training step 1). Fix or guard the reward function; return None for a completion it "
+        "cannot score."
+    )
+
+
+def test_accelerate_s_single_process_cpu_launch_is_recognised():
+    from trl_ada.tools.train import single_cpu_launch_message
+
+    # What `accelerate launch --cpu --num_processes 2` leaves in its one process's environment (accelerate 1.15)
+    launched = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert single_cpu_launch_message(launched) == (
+        "trl-ada train: warning: `accelerate launch --cpu` started one process: without MPI (--mpirun_hostfile) its "
+        "CPU launcher runs a single process whatever --num_processes says, so this run trains on 1 process. For N CPU "
+        "processes over gloo: `accelerate launch --multi_gpu --num_processes N -m trl_ada.train ... --use_cpu true "
+        "--bf16 false`."
+    )
+    assert single_cpu_launch_message({**launched, "WORLD_SIZE": "2", "RANK": "0"}) is None  # torch.distributed.run
+    assert single_cpu_launch_message({**launched, "PMI_SIZE": "2"}) is None  # MPI
+    assert single_cpu_launch_message({"ACCELERATE_USE_CPU": "True"}) is None  # --cpu with one process
+    assert single_cpu_launch_message({}) is None
+
+
+@pytest.mark.slow
+def test_accelerate_launch_cpu_with_two_processes_warns_that_it_runs_one(tmp_path, toy_cold_dir):
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+        "-m", "trl_ada.train", *short_run(toy_cold_dir, tmp_path / "out", 1), "--save_strategy", "no",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Reinforce-Ada (balanced) on 1 process(es)" in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("trl-ada train: warning: ")]
+    assert len(warnings) == 1 and "so this run trains on 1 process" in warnings[0]
+
+
+# -------------------------------------------------------------------------------------------------------------------
 # Model names: a local folder that is not there, a Hub id that cannot be had (no network in any of these)
 # -------------------------------------------------------------------------------------------------------------------
 
@@ -390,7 +686,7 @@ def run_failure(capsys, argv) -> str:
 
 @pytest.mark.parametrize("name", ["./no/such/model", "/no/such/model", "~/no-such-model-here", "runs/a/b", "a\\b"])
 def test_a_missing_local_model_folder_is_one_line(tmp_path, capsys, name):
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", name))
+    err = run_error(capsys, with_model(tmp_path, name))
     assert err == f"trl-ada train: error: --model_name_or_path {name}: no such folder."  # no "Repo id must be..."
 
 
@@ -398,15 +694,15 @@ def test_a_mistyped_folder_next_to_real_ones_is_named(tmp_path, capsys, monkeypa
     (tmp_path / "runs" / "toy-cpu").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     # "runs/toy-cpx" could be a Hub id, but runs/ is a folder here: a path, with the close match named.
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs/toy-cpx"))
+    err = run_error(capsys, with_model(tmp_path, "runs/toy-cpx"))
     assert err.endswith("--model_name_or_path runs/toy-cpx: no such folder (did you mean runs/toy-cpu?).")
-    err = run_error(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "runs"))
+    err = run_error(capsys, with_model(tmp_path, "runs"))
     assert "--model_name_or_path runs: a folder, but not a model: it has no config.json" in err
 
 
 def test_a_hub_name_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub):
     start = time.monotonic()
-    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    err = run_failure(capsys, with_model(tmp_path, "nobody/nothing"))
     assert time.monotonic() - start < 5
     assert err == (
         "trl-ada train: error: --model_name_or_path nobody/nothing: not a local folder, and not in the Hugging Face "
@@ -419,7 +715,7 @@ def test_a_hub_name_offline_and_not_cached_fails_at_once(tmp_path, capsys, hub):
 def test_a_hub_name_with_the_hub_unreachable_fails_in_seconds(tmp_path, capsys, hub):
     hub.HF_HUB_OFFLINE, hub.ENDPOINT = False, f"http://127.0.0.1:{free_port()}"  # nothing listens there
     start = time.monotonic()
-    err = run_failure(capsys, cpu_args(tmp_path, "--reward_funcs", "toy", "--model_name_or_path", "nobody/nothing"))
+    err = run_failure(capsys, with_model(tmp_path, "nobody/nothing"))
     assert time.monotonic() - start < HUB_CHECK_SECONDS  # huggingface_hub's own retries took about 25 s
     assert (
         f"not in the Hugging Face cache ({tmp_path / 'hub-cache'}), and the Hub ({hub.ENDPOINT}) cannot be reached ("
@@ -479,6 +775,27 @@ def test_a_model_that_does_not_load_is_one_line(tmp_path, capsys, toy_cold_dir):
 def script(dataset_name: str):
     script_args, _, _, dataset_args = parse_args(["--dataset_name", dataset_name, "--use_cpu", "true"])
     return script_args, dataset_args
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (ConnectTimeout)"),
+        datasets.exceptions.DatasetNotFoundError(
+            "Dataset 'nobody/nothing' doesn't exist on the Hub or cannot be accessed."
+        ),
+    ],
+)
+def test_a_hub_dataset_that_does_not_load_is_one_run_error(monkeypatch, error):
+    """Past the name check (the Hub answered), datasets' own refusal is the message, without its traceback."""
+
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    with pytest.raises(RunError) as info:
+        load_data(*script("nobody/nothing"), local=False)
+    assert str(info.value) == f"cannot load --dataset_name nobody/nothing: {error}"
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet", ".csv"])

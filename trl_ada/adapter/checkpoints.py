@@ -23,6 +23,9 @@ and train other prompts than the uninterrupted run (plain GRPOTrainer too). `Epo
 
 **A writable `output_dir`**, checked before training starts (`output_dir_problem`).
 
+**A checkpoint there is something to resume from**: a folder that exists (`missing_checkpoint_message`), saved before
+`max_steps` (`nothing_to_train_message`: otherwise nothing is trained, where Trainer would train one step more).
+
 **A resume Trainer can load.** transformers before 5.18 loads a several-process run's optimizer state onto
 `args.device`, which on CPU is the indexed device `cpu:0`, and torch cannot restore storages there: such a resume
 fails inside Trainer, with plain GRPOTrainer too. `resume_problem` says so, with the fix, before anything is loaded.
@@ -33,6 +36,7 @@ loaded.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -44,6 +48,7 @@ import torch
 from accelerate.utils import send_to_device
 from packaging.version import Version
 from torch.utils.data import Sampler
+from transformers.trainer import TRAINER_STATE_NAME
 
 GENERATION_BATCH_FILE = "generation_batch_{}.pt"  # one per process, by process index
 STAGING_PREFIX = "_tmp-"
@@ -87,6 +92,38 @@ def resume_problem(transformers_version: Version, world_size: int, device: torch
             "this one."
         )
     return None
+
+
+def missing_checkpoint_message(checkpoint: str | os.PathLike[str]) -> str | None:
+    """The error for resuming from a folder that is not there, before anything is read from it (the pass-rate memory
+    would otherwise warn that it found none, and Trainer fail after it); None when it is a folder."""
+    if os.path.isdir(checkpoint):
+        return None
+    return (
+        f"resume_from_checkpoint={os.fspath(checkpoint)!r}: no such folder. Pass a checkpoint-N folder a run saved in "
+        "its output_dir, or resume_from_checkpoint=True for the latest one in args.output_dir."
+    )
+
+
+def saved_step(checkpoint: str | os.PathLike[str]) -> int | None:
+    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), None when that cannot be read."""
+    try:
+        with open(os.path.join(checkpoint, TRAINER_STATE_NAME)) as file:
+            return int(json.load(file)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def nothing_to_train_message(checkpoint: str | os.PathLike[str], step: int, max_steps: int) -> str | None:
+    """The line a resume whose checkpoint is already at (or past) `max_steps` ends with, instead of training. Trainer
+    checks `max_steps` only after a step, so it would train one step past it (plain GRPOTrainer too). None when
+    there is something to train (or `max_steps` does not bound the run)."""
+    if max_steps <= 0 or step < max_steps:
+        return None
+    return (
+        f"Nothing to train: {os.fspath(checkpoint)} was saved at step {step} and max_steps is {max_steps}; the model "
+        "and trainer state are the checkpoint's. Raise max_steps to train on from it."
+    )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ each one that has a signature or a source line to check):
 - called: `_tokenize_prompts`, `_get_output_dir` (and replaced on the instance while a checkpoint is written, so
   Trainer's and TRL's save code write into the staging folder), GRPOTrainer's `_generate` output (the 8-tuple
   `GenerationOutput` names), `_calculate_rewards` ending with the module-level `gather` (`local_reward_gather` makes
-  it local for one call, streaming on several processes), `vllm_generation.sync_weights`, `_dist.summon_full_params`,
+  it local for one call, streaming on several processes) and logging "All reward functions returned None" through
+  its module's logger (`quiet_all_none_warning`), `vllm_generation.sync_weights`, `_dist.summon_full_params`,
   Trainer's `_push_from_checkpoint`;
 - read or written: `_tokenizer`, `tools`, `environments`, `environment_factories`, `_batch_environments`,
   `_sync_tool_dicts`, `_async_tool_dicts` (per-rollout state that rounds rebuild and restore), `_last_loaded_step`,
@@ -44,8 +45,9 @@ whichever the installed release has. Resuming a run on several CPU processes nee
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple
 
@@ -157,6 +159,29 @@ def local_reward_gather(num_processes: int) -> Iterator[None]:
         yield
     finally:
         grpo_trainer.gather = saved
+
+
+# What GRPOTrainer's `_calculate_rewards` logs, through its module's logger, when every reward function returned None
+# for a row. After a reward function failed, `checks.RewardGuard` returns None for its rows so that the collective
+# step goes on, and then raises a message naming the function and the fix: TRL's warning, which would come first
+# and blame the values, is dropped then.
+ALL_REWARDS_NONE = "All reward functions returned None"
+
+
+@contextmanager
+def quiet_all_none_warning(failed: Callable[[], bool]) -> Iterator[None]:
+    """Within this context, GRPOTrainer's "All reward functions returned None" warning is dropped while `failed()`
+    says a reward function failed (a None its function returned on purpose is still warned about)."""
+    logger = logging.getLogger(grpo_trainer.__name__)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not (failed() and ALL_REWARDS_NONE in str(record.msg))  # accelerate's adapter prefixes "[RANK 0] "
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def decode_completions(

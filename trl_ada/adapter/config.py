@@ -9,7 +9,13 @@ import warnings
 from dataclasses import dataclass
 
 from .config_fields import ReinforceAdaFields
-from .config_validation import _validate, config_warnings
+from .config_validation import (
+    ConfigError,
+    config_warnings,
+    naming_none_of,
+    trainer_field_problems,
+    validation_problems,
+)
 
 
 @dataclass
@@ -167,9 +173,22 @@ class ReinforceAdaConfig(ReinforceAdaFields):
     """
 
     def __post_init__(self) -> None:
-        """Resolve GRPOConfig's settings, then check this class's (see `_validate`)."""
-        super().__post_init__()  # first: GRPOConfig derives generation_batch_size, which the rules below read
-        _validate(self)
+        """Resolve GRPOConfig's settings, then check this class's; raise one `ConfigError` (a ValueError) naming
+        every problem found (config_validation.py), before anything is loaded."""
+        # GRPOConfig's numbers that would fail only at training time, or inside GRPOConfig with a ZeroDivisionError
+        invalid = trainer_field_problems(self)
+        problems = list(invalid.values())
+        try:
+            super().__post_init__()  # first: GRPOConfig derives generation_batch_size, which the rules below read
+        except ValueError as error:  # GRPOConfig's or TrainingArguments' own checks
+            if not problems:  # with ours, it is most often the same value seen again (num_generations=1)
+                problems.append(str(error))
+        except Exception:  # a ZeroDivisionError on num_generations=0, reported above
+            if not problems:
+                raise
+        problems += naming_none_of(validation_problems(self, tolerate=bool(problems)), list(invalid))
+        if problems:
+            raise ConfigError(problems)
         for message in config_warnings(self):
             warnings.warn(message, UserWarning, stacklevel=3)
 

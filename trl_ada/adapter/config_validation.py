@@ -1,22 +1,29 @@
-"""`ReinforceAdaConfig`'s checks, run when it is built: `_validate`, one list of rules, the first one broken raising
-a ValueError that names its fields; then `config_warnings`, the valid settings that do not do what they look like
-doing. The asynchronous worker's config runs the rules that apply to it (`_check_exit_and_budget`, ...)."""
+"""`ReinforceAdaConfig`'s checks, run when it is built: `validation_problems` runs every rule and returns what each
+one found (a rule stops at its first broken condition), so that one `ConfigError` names every problem at once; then
+`config_warnings`, the valid settings that do not do what they look like doing. `trainer_field_problems` checks the
+GRPOConfig and TrainingArguments numbers that TRL or transformers would refuse only once the model is loaded (or with
+a ZeroDivisionError). The asynchronous worker's config runs the rules that apply to it (`_check_exit_and_budget`,
+...), each raising a ValueError naming its fields."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import fields
+from typing import Any
 
 from trl import GRPOConfig
 
 from ..core.hints import budget_hint
 from .config_fields import ReinforceAdaFields
+from .errors import numbered
 
-# Validation: `_validate` runs the rules in order and the first one broken raises a ValueError naming its fields.
-# The pass-rate memory and the exit rule are built once and check their own arguments; where their wording would
-# differ from the config's (`self.min_positives=-1`, `group_size`), the config's own check runs first. `Schedule`
-# is not built: each of its checks is made here already, in the config's words.
+# Validation: each rule raises a ValueError naming its fields at its first broken condition. The pass-rate memory and
+# the exit rule are built once and check their own arguments; where their wording would differ from the config's
+# (`self.min_positives=-1`, `group_size`), the config's own check runs first. `Schedule` is not built: each of its
+# checks is made here already, in the config's words.
 
 # The choice fields ReinforceAdaConfig adds; GRPOConfig's (its `scale_rewards`, only re-declared there with a new
 # default, and TrainingArguments' `log_level` etc.) are GRPOConfig's to check or not, as before.
@@ -27,21 +34,98 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+class ConfigError(ValueError):
+    """Every problem `ReinforceAdaConfig` found in its values, one sentence each (`problems`); its message is one
+    line, numbered when there are several."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(numbered(self.problems, "the settings"))
+
+
+def validation_problems(config: ReinforceAdaFields, tolerate: bool = False) -> list[str]:
+    """What every rule finds wrong with `config` (empty when nothing). Choices and types come first; when either is
+    broken the other rules are not run, since every later rule (and every object built along the way) assumes a
+    known strategy, sizing and schedule and numbers where numbers go. `tolerate`: problems were found already (in the
+    fields GRPOConfig reads), so a rule that cannot even run on the values (a TypeError on a None that GRPOConfig did
+    not get to derive) is skipped rather than raised."""
+    problems = _run_rules(config, (_check_choices, _check_types), tolerate)
+    if problems:
+        return problems
+    return _run_rules(config, _RULES, tolerate)
+
+
+def _run_rules(
+    config: ReinforceAdaFields, rules: Sequence[Callable[[ReinforceAdaFields], Any]], tolerate: bool
+) -> list[str]:
+    problems: list[str] = []
+    for rule in rules:
+        try:
+            rule(config)
+        except ValueError as error:
+            problems.append(str(error))
+        except Exception:
+            if not (tolerate or problems):
+                raise
+    return problems
+
+
 def _validate(config: ReinforceAdaFields) -> None:
-    """Raise a ValueError on the first rule that `config` breaks. Choices come first, so that every later rule (and
-    every object built along the way) sees a known strategy, sizing and schedule."""
-    _check_choices(config)
-    _check_types(config)
-    _check_exit_and_budget(config)
-    _check_whole_groups_per_process(config)
-    config.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
-    _check_odc_downsample(config)
-    _check_memory_baseline(config)
-    if config.sampling_strategy == "estimate":
-        _check_estimate_budget(config)
-    _check_streaming(config)
-    _check_prompt_source(config)
-    _check_pilot(config)
+    """Raise a `ConfigError` naming every problem `validation_problems` finds in `config`."""
+    problems = validation_problems(config)
+    if problems:
+        raise ConfigError(problems)
+
+
+# GRPOConfig's and TrainingArguments' numbers that TRL, transformers or torch refuse only once the model is loaded
+# (the optimizer, the first `generate`), or that make GRPOConfig fail with a ZeroDivisionError: (field, None allowed,
+# the test a valid value passes, what it must be). Written so that NaN fails too.
+_TRAINER_FIELDS: tuple[tuple[str, bool, Callable[[Any], bool], str], ...] = (
+    (
+        "num_generations",
+        False,
+        lambda v: _integer(v) and v >= 2,
+        "an integer >= 2 (GRPO compares the completions of a prompt with each other)",
+    ),
+    ("learning_rate", False, lambda v: _real(v) and 0 <= v < math.inf, "a number >= 0"),
+    ("temperature", False, lambda v: _real(v) and 0 < v < math.inf, "a number > 0 (completions are sampled)"),
+    ("max_completion_length", True, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("top_p", False, lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]"),
+    ("min_p", True, lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("repetition_penalty", False, lambda v: _real(v) and 0 < v < math.inf, "a number > 0"),
+    ("per_device_train_batch_size", False, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("gradient_accumulation_steps", False, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("steps_per_generation", True, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    ("num_iterations", False, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def trainer_field_problems(config: Any) -> dict[str, str]:
+    """The GRPOConfig / TrainingArguments values in `_TRAINER_FIELDS` that would fail later, by field (a field this
+    TRL does not have is skipped)."""
+    problems = {}
+    for name, optional, valid, wanted in _TRAINER_FIELDS:
+        if not hasattr(config, name):
+            continue
+        value = getattr(config, name)
+        if (value is None and optional) or (value is not None and valid(value)):
+            continue
+        problems[name] = f"{name} must be {wanted}{' or None' if optional else ''}, got {value!r}."
+    return problems
+
+
+def naming_none_of(problems: Sequence[str], names: Sequence[str]) -> list[str]:
+    """`problems` without those that name one of the fields `names` (already reported as invalid on their own): a
+    rule comparing with `num_generations=0` only repeats that problem in other words."""
+    return [problem for problem in problems if not any(re.search(rf"\b{name}\b", problem) for name in names)]
 
 
 def _check_choices(config: ReinforceAdaFields) -> None:
@@ -243,6 +327,15 @@ def _check_pilot(config: ReinforceAdaFields) -> None:
         )
 
 
+def _check_pass_rate_memory(config: ReinforceAdaFields) -> None:
+    config.pass_rate_memory()  # its constructor checks the prior, the decay and the cap
+
+
+def _check_estimate(config: ReinforceAdaFields) -> None:
+    if config.sampling_strategy == "estimate":
+        _check_estimate_budget(config)
+
+
 # Types: every numeric (and boolean) field ReinforceAdaConfig adds, read from its annotation, so a new field is
 # checked too. A wrong type would otherwise fail as a bare TypeError in a comparison below ("'<' not supported between
 # instances of 'str' and 'int'"), or pass unnoticed (2.5 rounds).
@@ -338,3 +431,17 @@ def _ignored_fields_message(config: ReinforceAdaFields) -> str | None:
         "or 'positive'; samples_per_prompt_mean, min_/max_samples_per_prompt and allocation_rule: 'estimate'). "
         "A field counts as set when it differs from its default."
     )
+
+
+# The rules `validation_problems` runs once the choices and types are right, in this order.
+_RULES: tuple[Callable[[ReinforceAdaFields], None], ...] = (
+    _check_exit_and_budget,
+    _check_whole_groups_per_process,
+    _check_pass_rate_memory,
+    _check_odc_downsample,
+    _check_memory_baseline,
+    _check_estimate,
+    _check_streaming,
+    _check_prompt_source,
+    _check_pilot,
+)

@@ -1,9 +1,9 @@
-"""Model names on the command line, checked before any weights load: a local folder that is not there, or a Hub id
-that can be neither downloaded nor read from the cache, is one line in a few seconds instead of a chained traceback
-after huggingface_hub's retries (about 25 s when the Hub is unreachable).
+"""Model and dataset names on the command line, checked before any weights load: a local folder that is not there,
+or a Hub id that can be neither downloaded nor read from the cache, is one line in a few seconds instead of a chained
+traceback after huggingface_hub's retries (about 25 s for a model, 30 s for a dataset, when the Hub is unreachable).
 
-Used by ``trl-ada train`` (``--model_name_or_path``, ``--reward_model_name_or_path``), ``trl-ada prepare`` and
-``trl-ada eval`` (``--model``).
+Used by ``trl-ada train`` (``--model_name_or_path``, ``--reward_model_name_or_path``, ``--dataset_name``),
+``trl-ada prepare`` and ``trl-ada eval`` (``--model``).
 """
 
 from __future__ import annotations
@@ -113,13 +113,70 @@ def check_hub_model(
             f"{where}, and the Hub ({constants.ENDPOINT}) cannot be reached ({reason}): check the network (and "
             f"HF_ENDPOINT or a proxy), or {fixes}."
         )
-    # Cached, Hub unreachable: load from the cache at once. The flag is read per request, so setting it now works.
+    go_offline(name, reason)
+
+
+def go_offline(name: str, reason: str) -> None:
+    """The Hub cannot be reached but ``name`` is cached: load it from the cache at once rather than after the retries
+    (about 25 s for a model, 30 s for a dataset). huggingface_hub reads its flag per request; datasets copies it when
+    it is imported, so its copy is set too."""
+    from huggingface_hub import constants
+
     constants.HF_HUB_OFFLINE = True
     os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from here
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].config.HF_HUB_OFFLINE = True
     print(
         f"The Hub ({constants.ENDPOINT}) cannot be reached ({reason}): using the cached copy of {name}, offline.",
         file=sys.stderr,
     )
+
+
+def dataset_cached(name: str) -> bool:
+    """Whether the Hub dataset ``name`` has been loaded before and can be loaded offline: datasets then finds it
+    under ``HF_DATASETS_CACHE/<namespace>___<name in snake case>/<config>/<version>/<hash>`` (its
+    ``CachedDatasetModuleFactory``, the one place it looks when offline)."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    parts = name.split("/")
+    parts[-1] = camelcase_to_snakecase(parts[-1])
+    root = pathlib.Path(datasets.config.HF_DATASETS_CACHE).expanduser() / "___".join(parts)
+    return any(path.is_dir() for path in root.glob("*/*/*"))
+
+
+def check_hub_dataset(name: str, flag: str = "--dataset_name") -> None:
+    """Fail at once, in one line, when the Hub dataset ``name`` can be neither downloaded nor loaded from the cache:
+    offline (``HF_HUB_OFFLINE``) it must be cached; online the Hub gets ``HUB_CHECK_SECONDS`` to answer, as for a
+    model (:func:`check_hub_model`), and a cached dataset is then loaded offline. Whether it exists on the Hub is
+    left to the download, which says so itself."""
+    import datasets
+    from huggingface_hub import constants
+
+    cached = dataset_cached(name)
+    hint = "" if "/" in name else nearby(pathlib.Path(name))
+    where = (
+        f"{flag} {name}: not a local file or folder{hint}, and not in the datasets cache "
+        f"({datasets.config.HF_DATASETS_CACHE})"
+    )
+    fixes = (
+        "load it once where there is network and copy the cache here (or point HF_HOME at it), or pass a local "
+        "file or folder (`trl-ada prepare` writes one)"
+    )
+    if constants.is_offline_mode() or datasets.config.HF_HUB_OFFLINE:
+        if not cached:
+            raise RunError(f"{where}, and HF_HUB_OFFLINE is set, so it cannot be downloaded: {fixes}.")
+        datasets.config.HF_HUB_OFFLINE = True  # offline for huggingface_hub (a model found so): for datasets too
+        return
+    reason = hub_unreachable(constants.ENDPOINT)
+    if reason is None:
+        return
+    if not cached:
+        raise RunError(
+            f"{where}, and the Hub ({constants.ENDPOINT}) cannot be reached ({reason}): check the network (and "
+            f"HF_ENDPOINT or a proxy), or {fixes}."
+        )
+    go_offline(name, reason)
 
 
 def hub_unreachable(endpoint: str, timeout: float = HUB_CHECK_SECONDS) -> str | None:

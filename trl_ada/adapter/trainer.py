@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
@@ -45,10 +46,13 @@ from .checkpoints import (
     EpochSeededSampler,
     StagedCheckpoint,
     load_generation_batch,
+    missing_checkpoint_message,
+    nothing_to_train_message,
     output_dir_problem,
     resume_problem,
     rotate_checkpoints,
     save_generation_batch,
+    saved_step,
 )
 from .checks import (
     ContextCheck,
@@ -74,6 +78,7 @@ from .compat import (
     local_reward_gather,
     open_streaming_engine,
     prepare_rollouts,
+    quiet_all_none_warning,
     rollout_state_kept,
 )
 from .config import ReinforceAdaConfig
@@ -297,6 +302,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             _swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)),
             _swapped(self, "_pending_metrics", user_metrics),
             gather_locally,
+            quiet_all_none_warning(lambda: guard.failure is not None),
         ):
             rewards = super()._calculate_rewards(rows, prompts, completions, completion_ids)
         self._ada_reward_seconds += time.perf_counter() - started
@@ -409,18 +415,24 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """[`~transformers.Trainer.train`], after checking that `output_dir` can be written to (on every process: each
-        writes its part of a checkpoint); when resuming, it first checks that Trainer can load the checkpoint here
-        (`resume_problem`), then restores the pass-rate memory, the side stream of refill and prompt selection, and the
-        generation batch the checkpoint was saved inside, on every process. Done here rather than in
-        `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint written without the memory leaves it
-        empty, with a warning."""
+        writes its part of a checkpoint). When resuming, it first checks that the checkpoint is a folder and that
+        Trainer can load it here (`resume_problem`); from a checkpoint already at `max_steps` it trains nothing
+        (Trainer would train one step more) and says so in one line; else it restores the pass-rate memory, the side
+        stream of refill and prompt selection, and the generation batch the checkpoint was saved inside, on every
+        process. Done here rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint
+        written without the memory leaves it empty, with a warning."""
         self.ada_collectives.raise_everywhere(output_dir_problem(self.args.output_dir), OSError)
         checkpoint = resume_from_checkpoint
         if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if isinstance(checkpoint, str | os.PathLike):
+            self.ada_collectives.raise_everywhere(missing_checkpoint_message(checkpoint), FileNotFoundError)
             problem = resume_problem(TRANSFORMERS_VERSION, self.args.world_size, self.args.device)
             self.ada_collectives.raise_everywhere(problem, RuntimeError)
+            step = saved_step(checkpoint)
+            done = None if step is None else nothing_to_train_message(checkpoint, step, self.args.max_steps)
+            if done is not None:
+                return self._nothing_to_train(checkpoint, done)
             if not self.ada_memory.load(checkpoint):
                 logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
             collectives = self.ada_collectives
@@ -429,6 +441,15 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 logger.warning(f"No prompt-stream state in {checkpoint}: {STREAM_STATE_MISSING}")
             self._load_generation_batch(load_generation_batch(*where, self.accelerator.device))
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _nothing_to_train(self, checkpoint: str | os.PathLike, message: str) -> TrainOutput:
+        """Resuming from a checkpoint already at `max_steps`: take its weights and trainer state, so that what is
+        saved next is the checkpoint's model and history, say so in one line and train no step."""
+        self._load_from_checkpoint(os.fspath(checkpoint))  # Trainer's own loading of a checkpoint's weights
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
+        if self.accelerator.is_main_process:
+            logger.warning(message)
+        return TrainOutput(self.state.global_step, 0.0, {})
 
     def _load_generation_batch(self, saved: dict[str, Any] | None) -> None:
         """Give GRPOTrainer back the generation batch a checkpoint was saved inside, and its micro-step count, so it

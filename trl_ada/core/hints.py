@@ -10,20 +10,24 @@ import math
 from collections.abc import Iterable, Sequence
 
 
-def close_names(wanted: str, choices: Iterable[str], limit: int = 3) -> list[str]:
-    """Up to `limit` of `choices` closest to `wanted`, best first (difflib's ratio, at least 0.6); none when none is
-    close. Dashes count as underscores, as on a command line where `--max-steps` means `--max_steps`."""
+def close_names(wanted: str, choices: Iterable[str], limit: int = 3, cutoff: float = 0.6) -> list[str]:
+    """Up to `limit` of `choices` closest to `wanted`, best first (difflib's ratio, at least `cutoff`); none when none
+    is close. Dashes count as underscores, as on a command line where `--max-steps` means `--max_steps`."""
     by_key: dict[str, str] = {}
     for choice in choices:
         by_key.setdefault(choice.replace("-", "_"), choice)
-    return [by_key[key] for key in difflib.get_close_matches(wanted.replace("-", "_"), list(by_key), n=limit)]
+    return [
+        by_key[key]
+        for key in difflib.get_close_matches(wanted.replace("-", "_"), list(by_key), n=limit, cutoff=cutoff)
+    ]
 
 
-def did_you_mean(wanted: Sequence[str], choices: Iterable[str]) -> str:
-    """A note to append to the message naming `wanted`: ` (did you mean 'x'?)` for the names with a close match in
-    `choices` (the best one each; with several names, which one it is for), or an empty string when none has one."""
+def did_you_mean(wanted: Sequence[str], choices: Iterable[str], cutoff: float = 0.6) -> str:
+    """A note to append to the message naming `wanted`: ` (did you mean 'x'?)` for the names with a match in
+    `choices` at least `cutoff` close (the best one each; with several names, which one it is for), or an empty
+    string when none has one."""
     choices = list(choices)
-    matches = {name: close_names(name, choices, limit=1) for name in wanted}
+    matches = {name: close_names(name, choices, limit=1, cutoff=cutoff) for name in wanted}
     found = [(name, match[0]) for name, match in matches.items() if match]
     if not found:
         return ""

@@ -12,17 +12,25 @@ import pathlib
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from transformers.trainer_callback import ProgressCallback
 
-from ..adapter.checks import reward_signature_message
+from ..adapter.checks import RewardFunctionError, reward_signature_message
 from ..adapter.config import ReinforceAdaConfig
-from ..adapter.errors import RunError, UsageError
+from ..adapter.errors import RunError, UsageError, combined, one_line
 from ..adapter.model_names import nearby
 from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
-from .train_args import PROG, RESUME_FLAG, RESUME_LATEST, check_vllm, parse_args
-from .train_data import BUILTIN_PREFIX, TOY_MODELS, load_data, load_rewards, pick_splits, resolve_model
+from .train_args import PROG, RESUME_FLAG, RESUME_LATEST, ParsedArgs, read_args, vllm_problem
+from .train_data import (
+    BUILTIN_PREFIX,
+    TOY_MODELS,
+    check_dataset_name,
+    load_data,
+    load_rewards,
+    resolve_model,
+    split_problems,
+)
 
 # -------------------------------------------------------------------------------------------------------------------
 # Progress
@@ -160,6 +168,26 @@ def command_prefix(launcher: str) -> str:
     return launcher
 
 
+# What a multi-process launcher leaves in the environment: torch.distributed.run (accelerate's --multi_gpu) sets
+# WORLD_SIZE, MPI (accelerate's --cpu with --mpirun_hostfile) its own size.
+STARTED_SEVERAL = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def single_cpu_launch_message(env: Mapping[str, str]) -> str | None:
+    """The warning for ``accelerate launch --cpu --num_processes N`` (N > 1) without MPI: accelerate's CPU launcher
+    then starts this one process, with MASTER_ADDR set for the N it was asked for but no process count, so the run
+    trains on one process. None for any other start."""
+    asked_for_several = "MASTER_ADDR" in env and env.get("ACCELERATE_USE_CPU", "").lower() in ("true", "1", "yes")
+    if not asked_for_several or any(name in env for name in STARTED_SEVERAL):
+        return None
+    return (
+        f"{PROG}: warning: `accelerate launch --cpu` started one process: without MPI (--mpirun_hostfile) its CPU "
+        "launcher runs a single process whatever --num_processes says, so this run trains on 1 process. For N CPU "
+        "processes over gloo: `accelerate launch --multi_gpu --num_processes N -m trl_ada.train ... --use_cpu true "
+        "--bf16 false`."
+    )
+
+
 def interrupted_message(output_dir: str, argv: Sequence[str], launcher: str = PROG) -> str:
     """The one line Ctrl-C ends ``trl-ada train`` with: the last complete checkpoint and the command resuming it."""
     found = checkpoints(output_dir)
@@ -191,23 +219,55 @@ def _close_progress_bar(trainer) -> None:
 # -------------------------------------------------------------------------------------------------------------------
 
 
-def build_trainer(script_args, training_args, model_args, dataset_args):
-    """Everything ``main`` does before ``train()``: checks, model, rewards, data; returns the trainer."""
+def build_trainer(parsed: ParsedArgs, problems: Sequence[UsageError | RunError] = ()):
+    """Everything ``main`` does before ``train()``: checks, model, rewards, data; returns the trainer.
+
+    Every check that loads no weights runs first, and everything they find, with ``problems`` (the command line's),
+    is raised as one error, numbered on one line: the hardware (mixed precision, vLLM), the rewards, the model and
+    dataset names (a Hub name must be cached or the Hub reachable), and the data's splits and columns. The data is
+    read for that when it is on this machine, or when nothing else is wrong (a Hub dataset is not downloaded for a
+    run that cannot start).
+    """
     from trl import get_peft_config, get_quantization_config
 
     from ..adapter.trainer import ReinforceAdaTrainer
 
-    check_vllm(training_args)
-    rewards = load_rewards(script_args)
-    model = resolve_model(model_args.model_name_or_path, model_args.model_revision)
+    found = list(problems)
+    # A dataclass that refused its values is None; its fields' values as parsed stand in for the checks below.
+    settings = parsed.values
+    script_args, training_args = parsed.script_args or settings, parsed.training_args or settings
+    model_args, dataset_args = parsed.model_args or settings, parsed.dataset_args
+
+    def attempt(check, *args):
+        try:
+            return check(*args)
+        except (UsageError, RunError) as error:
+            found.append(error)
+            return None
+
+    if (message := vllm_problem(training_args.use_vllm, training_args.vllm_mode)) is not None:
+        found.append(UsageError(message))
+    rewards = attempt(load_rewards, script_args)
+    model = attempt(resolve_model, model_args.model_name_or_path, model_args.model_revision)
+    data_found = []
+    if dataset_args is not None:
+        local = attempt(check_dataset_name, script_args, dataset_args)
+        if local or (local is not None and not found):
+            data = attempt(load_data, script_args, dataset_args, local)
+            if data is not None:
+                train, evaluation, data_found = split_problems(data, script_args, training_args, rewards or [])
+                found += [RunError(problem) for problem in data_found]
+                signature = reward_signature_message(rewards or [], getattr(train, "column_names", None))
+                if signature is not None:  # the trainer checks this too; here it is one line, before any model loads
+                    found.append(UsageError(signature))
+    if found:
+        # Named when they are all of one kind, as each kind's own checks do.
+        what = "the data" if len(found) == len(data_found) else "the settings" if len(found) == len(problems) else ""
+        raise combined(found, what)
     if model_args.model_name_or_path in TOY_MODELS:
         from ..toy import use_toy_threads
 
         use_toy_threads()  # 1 torch thread unless OMP_NUM_THREADS says otherwise: more spin on matrices this small
-    train, evaluation = pick_splits(load_data(script_args, dataset_args), script_args, training_args, rewards)
-    signature = reward_signature_message(rewards, getattr(train, "column_names", None))
-    if signature is not None:  # the trainer checks this too; here it is one line, before any model loads
-        raise UsageError(signature)
 
     model_init_kwargs = dict(
         revision=model_args.model_revision,
@@ -282,15 +342,20 @@ def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
     (``python -m trl_ada.train`` when run as a module)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     trainer = training_args = None
+    if (warning := single_cpu_launch_message(os.environ)) is not None:
+        print(warning, file=sys.stderr)
     try:
         try:
-            try:
-                script_args, training_args, model_args, dataset_args = parse_args(argv)
-            except ValueError as error:  # the configs' own validation names the fields to change: no traceback
-                raise UsageError(str(error)) from None
-            resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
-            training_args.resume_from_checkpoint = resume
-            trainer = build_trainer(script_args, training_args, model_args, dataset_args)
+            parsed = read_args(argv)
+            problems: list[UsageError | RunError] = [UsageError(problem) for problem in parsed.problems]
+            training_args, resume = parsed.training_args, None
+            if training_args is not None:
+                try:
+                    resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+                except UsageError as error:
+                    problems.append(error)
+                training_args.resume_from_checkpoint = resume
+            trainer = build_trainer(parsed, problems)
         except UsageError as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -301,12 +366,18 @@ def main(argv: Sequence[str] | None = None, launcher: str = PROG) -> int:
         trainer.accelerator.print(describe(training_args, trainer.accelerator.num_processes))
         if resume is not None:
             trainer.accelerator.print(f"Resuming from {resume} (step {checkpoint_step(pathlib.Path(resume))})")
-        trainer.train(resume_from_checkpoint=resume)
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        except RewardFunctionError as error:  # raised on every process, naming the function, the row and the fix
+            _close_progress_bar(trainer)
+            if trainer.accelerator.is_main_process:
+                print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+            return EXIT_FAILURE
         trainer.save_model(training_args.output_dir)
         trainer.save_state()  # trainer_state.json next to the model: every logged metric, whatever report_to says
         trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
         if training_args.push_to_hub:
-            dataset_name = script_args.dataset_name
+            dataset_name = parsed.script_args.dataset_name
             is_builtin = dataset_name is not None and dataset_name.startswith(BUILTIN_PREFIX)
             trainer.push_to_hub(dataset_name=None if is_builtin else dataset_name)
             trainer.accelerator.print(f"Model pushed to https://huggingface.co/{trainer.hub_model_id}")

@@ -35,18 +35,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from ..adapter.config import ReinforceAdaConfig
 from ..adapter.config_fields import ReinforceAdaFields
-from ..adapter.errors import UsageError
+from ..adapter.errors import UsageError, numbered, one_line
 from .catalog import RecipeNotFound, resolve_config
 from .cli import show_defaults
-from .flags import follow_eval_strategy, unknown_fields_message
+from .flags import (
+    async_recipe_message,
+    follow_eval_strategy,
+    from_recipe,
+    given_fields,
+    join_negative_values,
+    read_recipe,
+    set_recipe_defaults,
+    unknown_fields_message,
+)
 
 PROG = "trl-ada train"
 RESUME_FLAG = "--resume_from_checkpoint"
@@ -90,14 +101,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class TrainParser(TrlParser):
-    """TrlParser over (script, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig) that checks the precision flags
-    against the hardware before GRPOConfig sees them, because GRPOConfig's own check fails with a less useful message.
-    """
-
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, remaining = super().parse_known_args(args, namespace)
-        check_precision(namespace.bf16, namespace.fp16, namespace.use_cpu)
-        return namespace, remaining
+    """TrlParser over (script, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig). ``read_args`` drives it: the
+    recipe, the flags, then each dataclass built on its own, so that every problem is reported at once."""
 
 
 # (dataclass, heading, description) in the order `--help` lists them: what this package adds first.
@@ -182,19 +187,35 @@ def make_parser(prog: str = PROG) -> TrainParser:
     return show_defaults(parser)
 
 
-def parse_args(
-    argv: Sequence[str] | None = None,
-) -> tuple[TrainScriptArguments, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig]:
-    """Parse ``--config file.yaml`` and flags into the four dataclasses; unknown keys or flags are a UsageError."""
+@dataclass
+class ParsedArgs:
+    """What ``read_args`` made of the command line. A dataclass whose values it refuses is None and its problems are
+    in ``problems`` (each one sentence, the recipe's keys named as such); ``values`` holds every field's value as
+    parsed (the recipe's, then the flags'), for the checks that can run without the dataclasses."""
+
+    script_args: TrainScriptArguments | None
+    training_args: ReinforceAdaConfig | None
+    model_args: ModelConfig | None
+    dataset_args: DatasetMixtureConfig | None
+    values: argparse.Namespace
+    problems: list[str]
+
+
+def read_args(argv: Sequence[str] | None = None) -> ParsedArgs:
+    """Read ``--config RECIPE`` and the flags into the four dataclasses, collecting every problem: the recipe's keys
+    that name no field and its values of the wrong type, the flags that name none, mixed precision the hardware
+    cannot run, and each dataclass's own checks (ReinforceAdaConfig names all of its own). An unreadable recipe, bare
+    ``trl-ada train`` and a flag argparse cannot parse still stop at once (a UsageError; argparse exits with 2)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    config_path = None
     for position, arg in enumerate(argv):
-        if arg.startswith("--config="):  # TrlParser reads `--config PATH` only
+        if arg.startswith("--config="):
             argv[position : position + 1] = ["--config", arg.removeprefix("--config=")]
     if "--config" not in argv and not {"-h", "--help"} & set(argv):
         message = missing_essentials(argv)
         if message is not None:  # before the precision check, whose bf16 advice would come first otherwise
             raise UsageError(message)
+    parser = make_parser()
+    config_path, unknown_in_config, problems, recipe_keys = None, [], [], set()
     if "--config" in argv:
         position = argv.index("--config")
         if position + 1 == len(argv):
@@ -203,17 +224,55 @@ def parse_args(
             config_path = str(resolve_config(argv[position + 1]))
         except RecipeNotFound as error:
             raise UsageError(error.args[0]) from None
-        argv[position + 1] = config_path
-    parser = make_parser()
-    *parsed, unknown_in_config, unknown_flags = parser.parse_args_and_config(
-        argv, return_remaining_strings=True, separate_remaining_strings=True
-    )
+        del argv[position : position + 2]
+        recipe = read_recipe(config_path)
+        message = async_recipe_message(config_path, recipe)
+        if message is not None:
+            raise UsageError(message)
+        env = recipe.pop("env", {})  # as TRL's parser: environment variables for the run
+        if not isinstance(env, dict):
+            raise UsageError(f"--config {config_path}: `env` must be a mapping of variable: value.")
+        os.environ.update({str(key): str(value) for key, value in env.items()})
+        unknown_in_config, problems = set_recipe_defaults(parser, config_path, recipe)
+        recipe_keys = set(recipe) - given_fields(argv)  # the keys whose values the run takes from the recipe
+    namespace, unknown_flags = parser.parse_known_args(join_negative_values(argv, parser))
     message = unknown_fields_message(config_path, unknown_in_config, unknown_flags, parser)
     if message is not None:
-        raise UsageError(message)
-    script_args, training_args, model_args, dataset_args = parsed
-    follow_eval_strategy(training_args, argv)
-    return script_args, training_args, model_args, dataset_args
+        problems.append(message)
+    values = argparse.Namespace(**vars(namespace))
+    # The problems with the values, whose fields may come from the recipe: said so, naming its keys.
+    checked: list[str] = []
+    precision = precision_problem(namespace.bf16, namespace.fp16, namespace.use_cpu)
+    if precision is not None:
+        # Reported here, in words that say what to do; the config is built in fp32 so that its other checks run
+        # without transformers' own "doesn't support bf16/gpu" saying the same again.
+        checked.append(precision)
+        namespace.bf16, namespace.fp16 = False, False
+    built: list[Any] = []
+    for dtype in parser.dataclass_types:
+        keys = {item.name for item in dataclasses.fields(dtype) if item.init}
+        try:
+            built.append(dtype(**{key: value for key, value in vars(namespace).items() if key in keys}))
+        except ValueError as error:  # the dataclass's own checks name the fields to change
+            built.append(None)
+            checked += getattr(error, "problems", [str(error)])
+    script_args, training_args, model_args, dataset_args = built
+    if training_args is not None:
+        follow_eval_strategy(training_args, argv)
+    follow_eval_strategy(values, argv)
+    problems += [from_recipe(one_line(problem), config_path, sorted(recipe_keys)) for problem in checked]
+    return ParsedArgs(script_args, training_args, model_args, dataset_args, values, problems)
+
+
+def parse_args(
+    argv: Sequence[str] | None = None,
+) -> tuple[TrainScriptArguments, ReinforceAdaConfig, ModelConfig, DatasetMixtureConfig]:
+    """Parse ``--config file.yaml`` and flags into the four dataclasses; any problem ``read_args`` finds is one
+    UsageError naming them all."""
+    parsed = read_args(argv)
+    if parsed.problems:
+        raise UsageError(numbered(parsed.problems, "the settings"))
+    return parsed.script_args, parsed.training_args, parsed.model_args, parsed.dataset_args
 
 
 # What a run needs and no default gives: (what, the flags that give it). A recipe (--config) may give them all.
@@ -240,8 +299,8 @@ def missing_essentials(argv: Sequence[str]) -> str | None:
     )
 
 
-def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
-    """Refuse mixed precision the hardware cannot run, naming the flags that fix it.
+def precision_problem(bf16: bool | None, fp16: bool, use_cpu: bool) -> str | None:
+    """Mixed precision the hardware cannot run, in words naming the flags that fix it; None when it can.
 
     Refusing, rather than falling back to fp32, is deliberate: the usual cause is a GPU node whose CUDA is not
     visible, and a silent fallback would start a multi-hour CPU run of a GPU recipe.
@@ -251,7 +310,7 @@ def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
     bf16 = (not fp16) if bf16 is None else bf16  # GRPOConfig's default: bf16 unless fp16 is asked for
     cpu_hint = "To train on the CPU on purpose, pass `--use_cpu true --bf16 false` (the toy-cpu recipe does)."
     if fp16 and not is_torch_cuda_available():
-        raise UsageError(f"fp16 mixed precision needs a CUDA GPU and none is visible. {cpu_hint}")
+        return f"fp16 mixed precision needs a CUDA GPU and none is visible. {cpu_hint}"
     if bf16 and not use_cpu and not (is_torch_bf16_gpu_available() or is_torch_xla_available()):
         gpu_hint = (
             "This GPU has no bf16: pass `--bf16 false` (fp32) or `--bf16 false --fp16 true`."
@@ -259,16 +318,41 @@ def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
             else "On a GPU machine, check that `python -c 'import torch; print(torch.cuda.is_available())'` prints "
             "True (CUDA_VISIBLE_DEVICES, driver, a CUDA build of torch)."
         )
-        raise UsageError(
+        return (
             "bf16 mixed precision is on (GRPOConfig's default, or the recipe asks for it) but no bf16-capable GPU "
             f"is visible. {gpu_hint} {cpu_hint}"
         )
+    return None
+
+
+def check_precision(bf16: bool | None, fp16: bool, use_cpu: bool) -> None:
+    """Raise `precision_problem`'s message as a UsageError."""
+    message = precision_problem(bf16, fp16, use_cpu)
+    if message is not None:
+        raise UsageError(message)
+
+
+def vllm_problem(use_vllm: bool, vllm_mode: str) -> str | None:
+    """What stops ``use_vllm`` here: vLLM not installed, or no CUDA GPU (colocate runs vLLM in this process; server
+    mode sends the weights to the server over NCCL); None when nothing does or vLLM is not asked for."""
+    from transformers.utils import is_torch_cuda_available
+
+    if not use_vllm:
+        return None
+    fix = "or pass `--use_vllm false` to generate with transformers."
+    if importlib.util.find_spec("vllm") is None:
+        return (
+            f"use_vllm is true (vllm_mode={vllm_mode!r}) but vLLM is not installed. Install it with "
+            f"`pip install -e '.[vllm]'` in the trl-ada clone (it needs a CUDA GPU), {fix}"
+        )
+    if not is_torch_cuda_available():
+        where = "runs vLLM in this process" if vllm_mode == "colocate" else "sends the weights to the server over NCCL"
+        return f"use_vllm is true but no CUDA GPU is visible: vllm_mode={vllm_mode!r} {where}. Run on a GPU, {fix}"
+    return None
 
 
 def check_vllm(training_args: ReinforceAdaConfig) -> None:
-    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise UsageError(
-            f"use_vllm is true (vllm_mode={training_args.vllm_mode!r}) but vLLM is not installed. Install it with "
-            "`pip install -e '.[vllm]'` in the trl-ada clone (it needs a CUDA GPU), or pass `--use_vllm false` to "
-            "generate with transformers."
-        )
+    """Raise `vllm_problem`'s message as a UsageError."""
+    message = vllm_problem(training_args.use_vllm, training_args.vllm_mode)
+    if message is not None:
+        raise UsageError(message)
