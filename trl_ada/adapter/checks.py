@@ -494,3 +494,14 @@ class SignalWatch:
                 f"use sampling_strategy='positive' on a task where wrong answers are rare. {again}"
             ]
         return []
+
+
+def group_starts(prompts: list, group_size: int) -> list[int]:
+    """First rows of the prompt groups: TRL's sampler repeats each prompt `num_generations` times in a row."""
+    if len(prompts) % group_size:
+        raise ValueError(f"This process got {len(prompts)} rows, not whole groups of num_generations={group_size}.")
+    starts = list(range(0, len(prompts), group_size))
+    for start in starts:
+        if any(prompts[start + j] != prompts[start] for j in range(1, group_size)):
+            raise ValueError(f"Rows {start}..{start + group_size - 1} are not one prompt repeated {group_size} times.")
+    return starts

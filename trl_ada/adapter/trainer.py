@@ -63,6 +63,7 @@ from .checks import (
     check_streaming_reward_models,
     check_trainer_setup,
     empty_prompt_message,
+    group_starts,
     missing_id_column_message,
     refill_filter_column,
     reward_failure_message,
@@ -192,7 +193,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self._ada_batch = (self.state.global_step, batch + 1 if step == self.state.global_step else 0)
         # With environments, each copy of a row holds its own reset observation: the rows, not the prompts, repeat.
         rows = self._ada_inputs if self.environment_factories is not None else prompts
-        starts = _group_starts(rows, self.num_generations)
+        starts = group_starts(rows, self.num_generations)
         unique_prompts, unique_inputs = [prompts[s] for s in starts], [self._ada_inputs[s] for s in starts]
         args, collectives = self.args, self.ada_collectives
         collectives.raise_everywhere(empty_prompt_message(unique_prompts), ValueError)
@@ -431,8 +432,12 @@ class ReinforceAdaTrainer(GRPOTrainer):
             self.ada_collectives.raise_everywhere(problem, RuntimeError)
             step = saved_step(checkpoint)
             done = None if step is None else nothing_to_train_message(checkpoint, step, self.args.max_steps)
-            if done is not None:
-                return self._nothing_to_train(checkpoint, done)
+            if done is not None:  # Trainer would train one step more: keep the checkpoint as it is, train none
+                self._load_from_checkpoint(os.fspath(checkpoint))
+                self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
+                if self.accelerator.is_main_process:
+                    logger.warning(done)
+                return TrainOutput(self.state.global_step, 0.0, {})
             if not self.ada_memory.load(checkpoint):
                 logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
             collectives = self.ada_collectives
@@ -441,15 +446,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 logger.warning(f"No prompt-stream state in {checkpoint}: {STREAM_STATE_MISSING}")
             self._load_generation_batch(load_generation_batch(*where, self.accelerator.device))
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
-
-    def _nothing_to_train(self, checkpoint: str | os.PathLike, message: str) -> TrainOutput:
-        """Resuming from a checkpoint already at `max_steps`: take its weights and trainer state, so that what is
-        saved next is the checkpoint's model and history, say so in one line and train no step."""
-        self._load_from_checkpoint(os.fspath(checkpoint))  # Trainer's own loading of a checkpoint's weights
-        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
-        if self.accelerator.is_main_process:
-            logger.warning(message)
-        return TrainOutput(self.state.global_step, 0.0, {})
 
     def _load_generation_batch(self, saved: dict[str, Any] | None) -> None:
         """Give GRPOTrainer back the generation batch a checkpoint was saved inside, and its micro-step count, so it
@@ -591,17 +587,6 @@ def _as_list(reward_funcs: Any) -> list:
     if reward_funcs is None:
         return []
     return list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-
-
-def _group_starts(prompts: list, group_size: int) -> list[int]:
-    """First rows of the prompt groups: TRL's sampler repeats each prompt `num_generations` times in a row."""
-    if len(prompts) % group_size:
-        raise ValueError(f"This process got {len(prompts)} rows, not whole groups of num_generations={group_size}.")
-    starts = list(range(0, len(prompts), group_size))
-    for start in starts:
-        if any(prompts[start + j] != prompts[start] for j in range(1, group_size)):
-            raise ValueError(f"Rows {start}..{start + group_size - 1} are not one prompt repeated {group_size} times.")
-    return starts
 
 
 @contextmanager
