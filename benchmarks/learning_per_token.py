@@ -65,6 +65,7 @@ from learning_report import (
     paired_comparisons,
     pairings_section,
     plot,
+    read_report,
     summarise,
     testbed_line,
 )
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings["model_dir"] = str(args.model_dir or toy_model_dir(seed=args.warm_seed, task=args.task))
     settings["warm_seed"] = None if args.model_dir is not None else args.warm_seed
     oracle = any(key in ORACLE_SUBSETS for key in args.methods)
-    earlier = None if args.baseline_from is None else json.loads(args.baseline_from.read_text())
+    earlier = None if args.baseline_from is None else read_report(args.baseline_from)
     baseline = [] if earlier is None else baseline_runs_from(earlier, settings, args.seeds)
     if earlier is not None:  # the same settings are not enough: the same code and kernels must give the same numbers
         check_reproduces(earlier, settings, BASELINE, args.seeds)
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def verify_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     """``--verify``: train a report's chosen runs again and record whether each reproduces (`learning_reproduce`)."""
-    report = json.loads(args.verify.read_text())
+    report = read_report(args.verify)
     methods = args.methods or sorted({run["key"] for run in report["runs"]})
     results = verify(report, args.seeds, methods)
     if not results:
@@ -361,7 +362,7 @@ EARLIEST_SETTINGS = {"task": "arithmetic", "match_tokens": None}
 
 def combine_main(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     """``--combine``: one summary over the runs of several reports (`combine_reports`), written like a run's."""
-    reports = [json.loads(path.read_text()) for path in args.combine]
+    reports = [read_report(path) for path in args.combine]
     for report in reports:
         report["settings"] = EARLIEST_SETTINGS | report["settings"]
     runs = combine_reports(reports, args.methods, args.drop_seeds or ())

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import pathlib
 import textwrap
 from collections.abc import Sequence
@@ -32,6 +34,13 @@ from learning_stats import (
 )
 
 from trl_ada.tools.heldout import PASS_AT_K
+
+
+def read_report(path: pathlib.Path) -> dict[str, Any]:
+    """A report's JSON, plain or gzipped (``.json.gz``: the chunks a combined report was made from, kept small)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as file:
+        return json.load(file)
 
 
 def runs_by_method(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -22,7 +22,7 @@ import paired_stats as ps
 import skill_frames as sf
 import skill_tables
 from learning_catalog import BASELINE, PAIRINGS, RESULTS
-from learning_report import runs_by_method
+from learning_report import read_report, runs_by_method
 
 COLUMNS_RESULTS = RESULTS / "columns"
 # The combined reports read, one per (task, warm model, set of methods). A report whose runs another report also
@@ -57,7 +57,7 @@ def prepared(report: dict[str, Any], name: str) -> dict[str, Any]:
 
 def load(paths: Sequence[pathlib.Path]) -> list[dict[str, Any]]:
     """The reports at ``paths``, `prepared`."""
-    return [prepared(json.loads(path.read_text()), path.name) for path in paths]
+    return [prepared(read_report(path), path.name) for path in paths]
 
 
 def comparisons_in(report: dict[str, Any]) -> list[tuple[str, str]]:

@@ -954,3 +954,15 @@ def test_reproduction_checks_compare_every_measured_field_and_the_checkpoint_cou
     assert start_model(elsewhere)["model_dir"] == toy_model_dir(seed=0, task="columns")
     named = dict(elsewhere, warm_seed=None)
     assert start_model(named) == named
+
+
+def test_a_gzipped_report_reads_as_the_plain_one(tmp_path):
+    """Chunks kept as ``.json.gz`` combine as their plain JSON does."""
+    import gzip
+
+    report = fake_report([0, 1], [])
+    (tmp_path / "plain.json").write_text(json.dumps(report))
+    with gzip.open(tmp_path / "chunk.json.gz", "wt") as file:
+        json.dump(report, file)
+    plain = learning_report.read_report(tmp_path / "plain.json")
+    assert learning_report.read_report(tmp_path / "chunk.json.gz") == plain == json.loads(json.dumps(report))
