@@ -427,8 +427,8 @@ def test_budget_is_never_exceeded_even_when_another_process_forces_extra_rounds(
         ),
         pytest.param(
             ["simulate", "--group-size", "8", "--samples-per-round", "1", "--max-rounds", "2"],
-            "budget samples_per_round * max_rounds = 2 is smaller than the group size 8: a prompt could never fill "
-            "its group. Raise max_rounds to 8 or samples_per_round to 4, or lower the group size to 2.",
+            "--samples-per-round x --max-rounds = 1 x 2 = 2 is below --group-size 8: a prompt could never fill its "
+            "group. Raise --max-rounds to 8 or --samples-per-round to 4, or lower --group-size to 2.",
             id="simulate_budget_below_group",
         ),
     ],

@@ -425,15 +425,15 @@ def test_rejects_a_plain_grpo_config(toy_cold_dir, tmp_path):
 
 
 def test_rows_must_hold_whole_prompt_groups():
-    from trl_ada.adapter.trainer import _group_starts
+    from trl_ada.adapter.checks import group_starts
 
     prompt = [{"role": "user", "content": "1+1"}]
     other = [{"role": "user", "content": "2+2"}]
-    assert _group_starts([prompt] * 4 + [other] * 4, 4) == [0, 4]
+    assert group_starts([prompt] * 4 + [other] * 4, 4) == [0, 4]
     with pytest.raises(ValueError, match="not whole groups"):
-        _group_starts([prompt] * 6, 4)
+        group_starts([prompt] * 6, 4)
     with pytest.raises(ValueError, match="not one prompt repeated"):
-        _group_starts([prompt] * 3 + [other] * 5, 4)
+        group_starts([prompt] * 3 + [other] * 5, 4)
 
 
 # -------------------------------------------------------------------------------------------------------------------
