@@ -161,10 +161,29 @@ RECORD_SETS = {s.key: s for s in (H200_05B, PAPER)}
 
 
 # ---------------------------------------------------------------------------------------------------- fitting
+def baseline_index(record_set: RecordSet, index: int) -> int | None:
+    """The record a record's step time is compared with: GRPO at the same size, prompts, length and trained count
+    (one call that trains on every completion it generates), other than the record itself; None when there is none."""
+    work = record_set.records[index].work
+    for i, other in enumerate(record_set.records):
+        w = other.work
+        same = (w.parameters, w.prompts, w.length, w.trained) == (
+            work.parameters,
+            work.prompts,
+            work.length,
+            work.trained,
+        )
+        if i != index and same and w.calls == 1 and w.generated == w.trained:
+            return i
+    return None
+
+
 @dataclass(frozen=True)
 class Fit:
     """A record set's fitted parameters, each record's fit error and leave-one-out error (relative: predicted /
-    recorded - 1; None where the other records cannot determine the parameters), and the leave-one-out refits."""
+    recorded - 1; None where the other records cannot determine the parameters), the leave-one-out refits, and each
+    record's ratio leave-one-out error: its step time over its GRPO record's (`baseline_index`), both predicted by
+    the fit without it, against that ratio recorded (None for a record without a GRPO record beside it)."""
 
     record_set: RecordSet
     exponents: dict[str, float]
@@ -172,6 +191,7 @@ class Fit:
     fit_errors: tuple[float, ...]
     loo_errors: tuple[float | None, ...]
     loo_parameters: tuple[tuple[float, ...] | None, ...]
+    ratio_loo_errors: tuple[float | None, ...]
 
     @property
     def reference(self) -> float:
@@ -186,6 +206,13 @@ class Fit:
     def max_loo_error(self) -> float:
         """The largest leave-one-out error in magnitude (NaN when none could be computed)."""
         known = [abs(e) for e in self.loo_errors if e is not None]
+        return max(known) if known else math.nan
+
+    @property
+    def max_ratio_loo_error(self) -> float:
+        """The largest ratio leave-one-out error in magnitude (NaN when none could be computed): the band
+        `project` puts around a projected ratio."""
+        known = [abs(e) for e in self.ratio_loo_errors if e is not None]
         return max(known) if known else math.nan
 
 
@@ -235,11 +262,20 @@ def fit(record_set: RecordSet, exponents: dict[str, float] | None = None) -> Fit
     def error(parameters: np.ndarray, record: Record) -> float:
         return float(record.work.features(reference, exponents) @ parameters) / record.seconds - 1.0
 
-    loo_errors, loo_parameters = [], []
+    def seconds(parameters: np.ndarray, record: Record) -> float:
+        return float(record.work.features(reference, exponents) @ parameters)
+
+    loo_errors, loo_parameters, ratio_errors = [], [], []
     for i, record in enumerate(records):
         theta_i = nonnegative_least_squares(*_observations(records[:i] + records[i + 1 :], reference, exponents))
         loo_errors.append(None if theta_i is None else error(theta_i, record))
         loo_parameters.append(None if theta_i is None else tuple(float(v) for v in theta_i))
+        b = baseline_index(record_set, i)
+        if theta_i is None or b is None:
+            ratio_errors.append(None)
+        else:
+            predicted = seconds(theta_i, record) / seconds(theta_i, records[b])
+            ratio_errors.append(predicted / (record.seconds / records[b].seconds) - 1.0)
     return Fit(
         record_set,
         exponents,
@@ -247,6 +283,7 @@ def fit(record_set: RecordSet, exponents: dict[str, float] | None = None) -> Fit
         tuple(error(theta, r) for r in records),
         tuple(loo_errors),
         tuple(loo_parameters),
+        tuple(ratio_errors),
     )
 
 
@@ -267,8 +304,8 @@ def extrapolated(fit_: Fit, work: StepWork) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Projection:
-    """One configuration's projected step time against a baseline's: the ratio under the full fit, the band the
-    leave-one-out refits span (the full fit's ratio included), and what the projection extrapolates in."""
+    """One configuration's projected step time against a baseline's: the ratio under the fit to every record, a band
+    of that ratio times 1 -/+ the fit's largest ratio leave-one-out error, and what the projection extrapolates in."""
 
     seconds: float
     ratio: float
@@ -279,18 +316,18 @@ class Projection:
 
 
 def project(fit_: Fit, work: StepWork, baseline: StepWork) -> Projection:
-    """`work`'s projected seconds and its ratio to `baseline`'s, with the leave-one-out band."""
+    """`work`'s projected seconds and its ratio to `baseline`'s, with the band from the ratio leave-one-out errors."""
     seconds = fit_.seconds(work)
-    ratios = [seconds / fit_.seconds(baseline)]
-    ratios += [fit_.seconds(work, p) / fit_.seconds(baseline, p) for p in fit_.loo_parameters if p is not None]
+    ratio = seconds / fit_.seconds(baseline)
+    spread = 0.0 if work == baseline else fit_.max_ratio_loo_error  # the baseline against itself is exactly 1
     features = work.features(fit_.reference, fit_.exponents) * np.asarray(fit_.parameters)
     generation = features[0] + features[1]
     names = sorted(set(extrapolated(fit_, work)) | set(extrapolated(fit_, baseline)), key=RANGE_FIELDS.index)
     return Projection(
         seconds=seconds,
-        ratio=ratios[0],
-        low=min(ratios),
-        high=max(ratios),
+        ratio=ratio,
+        low=ratio * (1 - spread),
+        high=ratio * (1 + spread),
         extrapolated=tuple(names),
         latency_share=float(features[0] / generation) if generation > 0 else math.nan,
     )
@@ -331,16 +368,32 @@ def fit_table(record_set: RecordSet, exponents: dict[str, float] | None = None) 
         lines.append(f"  latency-bound below about {f.parameters[0] / f.parameters[1]:.0f} completions a call")
     elif f.parameters[0] == 0:
         lines.append("  no latency term fitted: generation time follows the tokens generated")
-    lines.append(f"  {'record':<26} {'recorded':>9} {'fitted':>9} {'fit err':>8} {'LOO':>9} {'LOO err':>8}  note")
-    for record, fit_error, loo_error in zip(record_set.records, f.fit_errors, f.loo_errors, strict=True):
+    lines.append(
+        f"  {'record':<26} {'recorded':>9} {'fitted':>9} {'fit err':>8} {'LOO':>9} {'LOO err':>8} "
+        f"{'x GRPO':>7} {'LOO':>6} {'err':>7}  note"
+    )
+
+    def signed(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.1%}"
+
+    for i, record in enumerate(record_set.records):
+        fit_error, loo_error, ratio_error = f.fit_errors[i], f.loo_errors[i], f.ratio_loo_errors[i]
         loo = "-" if loo_error is None else f"{record.seconds * (1 + loo_error):.2f}"
-        loo_text = "-" if loo_error is None else f"{loo_error:+.1%}"
+        b = baseline_index(record_set, i)
+        recorded_ratio = "-" if b is None else f"{record.seconds / record_set.records[b].seconds:.2f}"
+        loo_ratio = (
+            "-" if ratio_error is None else f"{record.seconds / record_set.records[b].seconds * (1 + ratio_error):.2f}"
+        )
         lines.append(
             f"  {record.name:<26} {record.seconds:>9.2f} {record.seconds * (1 + fit_error):>9.2f} "
-            f"{fit_error:>+8.1%} {loo:>9} {loo_text:>8}  {record.note}"
+            f"{fit_error:>+8.1%} {loo:>9} {signed(loo_error):>8} {recorded_ratio:>7} {loo_ratio:>6} "
+            f"{signed(ratio_error):>7}  {record.note}"
         )
     fit_rms = math.sqrt(sum(e * e for e in f.fit_errors) / len(f.fit_errors))
-    lines.append(f"  fit error: rms {fit_rms:.1%}; leave-one-out: max {f.max_loo_error:.1%}")
+    lines.append(
+        f"  fit error: rms {fit_rms:.1%}; leave-one-out: max {f.max_loo_error:.1%} on step time, "
+        f"{f.max_ratio_loo_error:.1%} on the ratio to GRPO (x GRPO: recorded, then predicted without the record)"
+    )
     lines += [f"  caveat: {c}" for c in record_set.caveats]
     return lines
 
