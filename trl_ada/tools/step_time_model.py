@@ -232,17 +232,17 @@ def _observations(records: Sequence[Record], reference: float, exponents: dict[s
 
 
 def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """argmin |x theta - y| over theta >= 0, by trying every support (three parameters: eight subsets); None when x
-    does not determine theta (rank below its columns)."""
+    """argmin |x theta - y| over theta >= 0, by trying every support (three parameters: eight subsets): the optimum
+    is the least-squares solution on its own support, so it is the best of those that come out non-negative. None
+    when x does not determine theta (rank below its columns)."""
     if np.linalg.matrix_rank(x) < x.shape[1]:
         return None
     best, best_residual = None, math.inf
-    for support in itertools.product((False, True), repeat=x.shape[1]):
+    for support in itertools.product((False, True), repeat=x.shape[1]):  # the empty one included: theta = 0
         columns = [i for i, used in enumerate(support) if used]
-        if not columns:
-            continue
         theta = np.zeros(x.shape[1])
-        theta[columns] = np.linalg.lstsq(x[:, columns], y, rcond=None)[0]
+        if columns:
+            theta[columns] = np.linalg.lstsq(x[:, columns], y, rcond=None)[0]
         residual = float(np.sum((x @ theta - y) ** 2))
         if (theta >= 0).all() and residual < best_residual - 1e-15:
             best, best_residual = theta, residual
