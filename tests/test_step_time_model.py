@@ -259,3 +259,10 @@ def test_the_extrapolation_flag_follows_the_records_range(capsys):
     assert h200["GRPO n=4"][-1] == "-" and math.isclose(float(h200["GRPO n=4"][4]), 1.0)
     assert simulate_main([*base, "--model-shape", "7b"]) == 0
     assert rows_of(capsys.readouterr().out.split("projected from ")[1])["GRPO n=4"][-1] == "parameters"
+
+
+def test_the_doc_s_fit_table_is_the_command_s_output(capsys):
+    doc = (ROOT / "docs/gpu-time.md").read_text()
+    block = doc.split("`python -m trl_ada.tools.step_time_model` prints")[1].split("```\n")[1]
+    assert table_main([]) == 0
+    assert block == capsys.readouterr().out
