@@ -52,8 +52,9 @@ from ..core.engine import (
 from ..core.memory import PassRateMemory
 from ..core.prompt_stream import PromptStream, SidePrompts
 from .cli import EXIT_USAGE, show_defaults
-from .simulate_report import format_table, plot
+from .simulate_report import format_step_times, format_table, plot
 from .simulate_setup import Outcome, PassRates, Strategy, default_strategies, parse_pass_rates
+from .step_time_model import RECORD_SETS, StepWork, fit, parse_parameters, project
 
 # ---------------------------------------------------------------------------------------------------- simulation
 
@@ -295,6 +296,13 @@ def check_flags(args: argparse.Namespace) -> None:
     for flag, value in [("--min-positives", args.min_positives), ("--min-negatives", args.min_negatives)]:
         if value is not None and value < 0:
             raise ValueError(f"{flag} must be >= 0, got {value}.")
+    if args.completion_length is not None:
+        if args.model_shape is None:
+            raise ValueError("--completion-length is for the step-time projection: give --model-shape too.")
+        if args.completion_length < 1:
+            raise ValueError(f"--completion-length must be >= 1, got {args.completion_length}.")
+    if args.model_shape is not None:
+        parse_parameters(args.model_shape)
     if not args.rules and not args.estimate:  # no Ada row and no Est row asked for: the round flags go unused
         return
     group, per_round, rounds = args.group_size, args.samples_per_round, args.max_rounds
@@ -335,6 +343,40 @@ def estimate_rows(args: argparse.Namespace) -> tuple[list[int], str]:
         f"Est: default {means} left out, outside [--group-size, {_BUDGET_FLAGS}] = [{low}, {high}]; "
         "--estimate MEAN ... chooses the rows."
     )
+
+
+DEFAULT_COMPLETION_LENGTH = 2048  # the paper's cap, when --model-shape is given without --completion-length
+
+
+def step_times(strategies: Sequence[Strategy], outcomes: Sequence[Outcome], args: argparse.Namespace) -> list[str]:
+    """The step-time section: each configuration's projected step time against GRPO at `--group-size`, from every
+    record set of `trl_ada.tools.step_time_model`, with the leave-one-out band and what each projection extrapolates
+    in. A step is `--batch-size` prompts; its calls and completions are the simulated means, its trained completions
+    the prompts times the final group (GRPO n: n)."""
+    parameters = parse_parameters(args.model_shape)
+    length = args.completion_length or DEFAULT_COMPLETION_LENGTH
+    prompts, group = args.batch_size, args.group_size
+    baseline = StepWork(prompts, 1, prompts * group, prompts * group, length, parameters)
+    rows = [
+        (
+            o.strategy,
+            StepWork(
+                prompts, o.rounds, prompts * o.samples_per_prompt, prompts * s.schedule.group_size, length, parameters
+            ),
+        )
+        for s, o in zip(strategies, outcomes, strict=True)
+        if not s.is_sequential_limit  # a floor on samples (one per call), not a schedule to run
+    ]
+    header = (
+        f"Step time: a model of {parameters / 1e9:.3g}B parameters, {prompts} prompts a step (--batch-size), "
+        f"completions of {length} tokens; against GRPO n={group} (--group-size)"
+    )
+    sections = [header]
+    for record_set in RECORD_SETS.values():
+        fitted = fit(record_set)
+        projections = [(name, work, project(fitted, work, baseline)) for name, work in rows]
+        sections.append(format_step_times(fitted, project(fitted, baseline, baseline), projections))
+    return sections
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -391,6 +433,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--allocation-rule", default="inv_sqrt_p", choices=list(ALLOCATION_RULES), help="Est's allocation rule"
     )
     parser.add_argument("--plot", metavar="PNG", help="also save signal fraction vs samples per prompt")
+    parser.add_argument(
+        "--model-shape",
+        default=None,
+        metavar="SIZE",
+        help="also project each configuration's step time against GRPO at --group-size, for a model of this size: "
+        "0.5b, 1.5b, 7b, a size such as 3b, or a parameter count (docs/gpu-time.md)",
+    )
+    parser.add_argument(
+        "--completion-length",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help=f"with --model-shape: tokens a completion runs (default: {DEFAULT_COMPLETION_LENGTH})",
+    )
     return show_defaults(parser)
 
 
@@ -414,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             args.allocation_rule,
         )
         outcomes = simulate(pass_rates, strategies, args.prompts, args.batch_size, args.seed, args.epochs)
+        sections = step_times(strategies, outcomes, args) if args.model_shape is not None else []
     except (ValueError, FileNotFoundError) as error:  # every one names a flag's value: usage errors
         print(f"trl-ada simulate: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -425,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     if estimate_note:
         print(estimate_note)
     print(format_table(outcomes))
+    for section in sections:
+        print()
+        print(section)
     if args.plot:
         plot(outcomes, args.plot, title=pass_rates.name)
         print(f"plot saved to {args.plot}")

@@ -7,17 +7,31 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .simulate_setup import Outcome
+from .step_time_model import Fit, Projection, StepWork
 
 # ---------------------------------------------------------------------------------------------------- output
 COLUMNS = ("strategy", "samples/prompt", "p95", "rounds/step", "signal", "zero-std", "resolved", "x seq. limit")
 
 
+def number(x: float, digits: int = 2) -> str:
+    """`x` to `digits` decimals; `-` for NaN."""
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def markdown(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table whose columns line up on a terminal: the first left-aligned, the others right-aligned."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    lines = [tuple(columns), tuple("-" * w for w in widths), *rows]
+    return "\n".join(
+        "| "
+        + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+        + " |"
+        for line in lines
+    )
+
+
 def format_table(outcomes: Sequence[Outcome]) -> str:
     """A Markdown table, readable on a terminal."""
-
-    def number(x: float, digits: int = 2) -> str:
-        return "-" if math.isnan(x) else f"{x:.{digits}f}"
-
     rows = [
         (
             o.strategy,
@@ -31,14 +45,54 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
         )
         for o in outcomes
     ]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
-    lines = [COLUMNS, tuple("-" * w for w in widths), *rows]
-    return "\n".join(
-        "| "
-        + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-        + " |"
-        for line in lines
+    return markdown(COLUMNS, rows)
+
+
+STEP_TIME_COLUMNS = (
+    "strategy",
+    "calls/step",
+    "completions/step",
+    "trained",
+    "s/step",
+    "x GRPO",
+    "band",
+    "latency share",
+    "extrapolated in",
+)
+
+
+def format_step_times(fit: Fit, baseline: Projection, rows: Sequence[tuple[str, StepWork, Projection]]) -> str:
+    """One record set's projections: a header naming the records and their errors, then a row per configuration."""
+    records = fit.record_set
+    rms = math.sqrt(sum(e * e for e in fit.fit_errors) / len(fit.fit_errors))
+    lines = [
+        f"projected from {len(records.records)} recorded configurations: {records.description} "
+        f"({records.regime}); fit error rms {rms:.1%}; leave-one-out error up to {fit.max_loo_error:.1%} on step "
+        f"time, {fit.max_ratio_loo_error:.1%} on the ratio to GRPO",
+        f"GRPO at the group size: {baseline.seconds:.3g} s a step"
+        + (f", extrapolated in {', '.join(baseline.extrapolated)}" if baseline.extrapolated else ""),
+    ]
+    table = [
+        (
+            name,
+            number(work.calls),
+            f"{work.generated:.0f}",
+            f"{work.trained:.0f}",
+            f"{p.seconds:.3g}",
+            number(p.ratio),
+            f"{number(p.low)}-{number(p.high)}",
+            f"{p.latency_share:.0%}" if not math.isnan(p.latency_share) else "-",
+            ", ".join(p.extrapolated) or "-",
+        )
+        for name, work, p in rows
+    ]
+    lines.append(markdown(STEP_TIME_COLUMNS, table))
+    lines.append(
+        "x GRPO: over GRPO at the group size, under the fit to every record; band: x GRPO times 1 -/+ the largest "
+        "leave-one-out error on the ratio; latency share: of generation time, what the calls' latency costs; "
+        "extrapolated in: what lies outside the records' range"
     )
+    return "\n".join(lines)
 
 
 _MARKERS = {"GRPO": "o", "DAPO": "s", "Ada positive": "^", "Ada balanced": "v", "Ada Est": "D", "sequential": "*"}
