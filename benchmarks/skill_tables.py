@@ -151,7 +151,7 @@ CONFIGURATIONS = {
         "the memory baseline",
         "groups of 2 over twice the prompts a step, each completion's advantage its reward minus its prompt's pass "
         'rate remembered from earlier visits (`advantage_baseline="memory"`, `pass_rate_decay=0.7`); measured where '
-        "prompts recur (four passes, `columns-epochs`)",
+        "prompts recur (`columns-epochs`, where GRPO n=4 visits each prompt 4 times and it 8 times)",
     ),
     "ada-est": (
         "Ada-Est",
