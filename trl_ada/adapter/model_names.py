@@ -105,6 +105,14 @@ def check_hub_model(
         return
     if not probe_hub:
         return
+    require_reachable(name, where, fixes, cached)
+
+
+def require_reachable(name: str, where: str, fixes: str, cached: bool) -> None:
+    """The Hub answers, or ``name`` is cached (then loaded from the cache at once, `go_offline`); else one `RunError`
+    saying where the name was looked for and how to fix it."""
+    from huggingface_hub import constants
+
     reason = hub_unreachable(constants.ENDPOINT)
     if reason is None:
         return
@@ -168,15 +176,7 @@ def check_hub_dataset(name: str, flag: str = "--dataset_name") -> None:
             raise RunError(f"{where}, and HF_HUB_OFFLINE is set, so it cannot be downloaded: {fixes}.")
         datasets.config.HF_HUB_OFFLINE = True  # offline for huggingface_hub (a model found so): for datasets too
         return
-    reason = hub_unreachable(constants.ENDPOINT)
-    if reason is None:
-        return
-    if not cached:
-        raise RunError(
-            f"{where}, and the Hub ({constants.ENDPOINT}) cannot be reached ({reason}): check the network (and "
-            f"HF_ENDPOINT or a proxy), or {fixes}."
-        )
-    go_offline(name, reason)
+    require_reachable(name, where, fixes, cached)
 
 
 def hub_unreachable(endpoint: str, timeout: float = HUB_CHECK_SECONDS) -> str | None:
