@@ -236,12 +236,17 @@ def _axis(runs: Sequence[Run], column: str) -> np.ndarray:
     return np.array(sorted(x for x in xs if x <= end))
 
 
-def whole_run_ratios(base_runs: Sequence[Run], method_runs: Sequence[Run], metric: str) -> dict[str, Any]:
-    """Tokens and steps for the method to reach 50/75/90% of the partner's whole-run gain in ``metric`` (its mean
-    curve's last value minus its first), over the partner's own: (ratio, resolved) per share and frame, a ratio None
-    when the method never reaches the target within its run."""
+RATIO_FRAMES = (("tokens", "tokens"), ("steps", "step"))  # (frame, checkpoint field of its x axis)
+
+
+def whole_run_ratios(
+    base_runs: Sequence[Run], method_runs: Sequence[Run], metric: str, frames: Sequence[tuple[str, str]] = RATIO_FRAMES
+) -> dict[str, Any]:
+    """Tokens and steps (or the x of each of ``frames``) for the method to reach 50/75/90% of the partner's whole-run
+    gain in ``metric`` (its mean curve's last value minus its first), over the partner's own: (ratio, resolved) per
+    share and frame, a ratio None when the method never reaches the target within its run."""
     result: dict[str, Any] = {}
-    for frame, column in (("tokens", "tokens"), ("steps", "step")):
+    for frame, column in frames:
         base_axis, method_axis = _axis(base_runs, column), _axis(method_runs, column)
         base_curve = _whole_curve(base_runs, column, metric, base_axis)
         method_curve = _whole_curve(method_runs, column, metric, method_axis)
@@ -264,17 +269,18 @@ def whole_run_ratio_intervals(
     metric: str,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    frames: Sequence[tuple[str, str]] = RATIO_FRAMES,
 ) -> dict[str, dict[str, Any]]:
     """`whole_run_ratios` with a paired percentile bootstrap over seeds (an effect size's interval, not a test): per
     ratio its point, whether resolved, and its 95% interval (None where more than 2.5% of resamples are unresolved;
     an end None: never reached)."""
     base, mine, seeds = paired_by_seed(base_runs, method_runs)
-    point = whole_run_ratios([base[s] for s in seeds], [mine[s] for s in seeds], metric)
+    point = whole_run_ratios([base[s] for s in seeds], [mine[s] for s in seeds], metric, frames)
     rng = random.Random(seed)
     draws = []
     for _ in range(resamples):
         sample = [rng.choice(seeds) for _ in seeds]
-        draws.append(whole_run_ratios([base[s] for s in sample], [mine[s] for s in sample], metric))
+        draws.append(whole_run_ratios([base[s] for s in sample], [mine[s] for s in sample], metric, frames))
     result = {}
     for name, (value, resolved) in point.items():
         unresolved = sum(not d[name][1] for d in draws) / resamples

@@ -18,6 +18,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+import gpu_time as gt
 import paired_stats as ps
 import skill_frames as sf
 import skill_tables
@@ -45,7 +46,11 @@ CONTROLS = (("memory-2", "grpo-2-wide"), ("grpo-2-wide", BASELINE), ("memory-4",
 FAMILY_ALPHA = 0.05
 RATIO_RESAMPLES = 2000  # the whole-run ratios' paired bootstrap
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = {"claims-table": ROOT / "benchmarks" / "README.md", "when-it-pays": ROOT / "README.md"}
+DOCS = {
+    "claims-table": ROOT / "benchmarks" / "README.md",
+    "gpu-time-table": ROOT / "benchmarks" / "README.md",
+    "when-it-pays": ROOT / "README.md",
+}
 SKILL_TASKS = ("columns", "columns-epochs")  # the tasks whose held-out rules split into skill and retention
 
 
@@ -101,6 +106,10 @@ def read_comparison(report: dict[str, Any], method: str, partner: str, ratios: b
         row["whole_run_ratios"] = sf.whole_run_ratio_intervals(
             base_runs, method_runs, sf.COLUMNS["skill"], resamples=RATIO_RESAMPLES
         )
+    if ratios and all("generated" in run for run in (*base_runs, *method_runs)):  # the runs' schedules recorded
+        row["gpu"] = gt.gpu_readings(
+            base_runs, method_runs, report["settings"], samples, report["strata"]["skill"], RATIO_RESAMPLES
+        )
     return row
 
 
@@ -126,16 +135,17 @@ def read_all(reports: Sequence[dict[str, Any]], ratios: bool = True) -> list[dic
             }
             for measure in sf.MEASURES
         }
-        rows.append(
-            {
-                "method": method,
-                "partner": partner,
-                "task": task,
-                "warm_models": sorted(per_warm),
-                "per_warm": {str(w): per_warm[w] for w in sorted(per_warm)},
-                "pooled": pooled,
-            }
-        )
+        row = {
+            "method": method,
+            "partner": partner,
+            "task": task,
+            "warm_models": sorted(per_warm),
+            "per_warm": {str(w): per_warm[w] for w in sorted(per_warm)},
+            "pooled": pooled,
+        }
+        if all("gpu" in w for w in per_warm.values()):
+            row["pooled_gpu"] = gt.pooled([w["gpu"] for w in per_warm.values()])
+        rows.append(row)
     return rows
 
 
@@ -286,6 +296,8 @@ def markdown(result: dict[str, Any]) -> str:
         comparisons_table(result["comparisons"]),
         "**The claims table** (benchmarks/README.md; Holm over its rows, skill and retention separately):",
         skill_tables.claims_table(result),
+        "**GPU time to the same skill, projected** (benchmarks/README.md; `benchmarks/gpu_time.py`):",
+        skill_tables.gpu_table(result),
         "**When it pays** (README.md), by the group size a user runs today:",
         skill_tables.when_it_pays_table(result),
         "**GRPO n=4's retention drop** (the easy rules before training, minus their lowest checkpoint; mean over "
@@ -322,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.write_docs:
         for path, marker, table in (
             (DOCS["claims-table"], "claims-table", skill_tables.claims_table(result)),
+            (DOCS["gpu-time-table"], "gpu-time-table", skill_tables.gpu_table(result)),
             (DOCS["when-it-pays"], "when-it-pays", skill_tables.when_it_pays_table(result)),
         ):
             path.write_text(skill_tables.replace_block(path.read_text(), marker, table))

@@ -10,11 +10,10 @@ on the skill; retention has its own family).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import paired_stats as ps
-from learning_catalog import BASELINE, RESULTS
+from learning_catalog import BASELINE
 
 # (claim, method, partner, task, frame): one row each, in the order the table shows them.
 CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
@@ -113,18 +112,20 @@ def _p(value: float) -> str:
 def claims_table(result: dict[str, Any]) -> str:
     lines = [
         "| claim | method vs partner (task) | frame | warm models | **skill** Δ [95%] | p, Holm p | verdict | "
-        "retention Δ [95%] | verdict | mix Δ [95%] |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "retention Δ [95%] | verdict | mix Δ [95%] | GPU time to 90% of the partner's skill gain, projected: "
+        "latency-bound · throughput-bound 1.5B |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in claims_rows(result):
         head = f"| {r['claim']} | `{r['method']}` vs `{r['partner']}` (`{r['task']}`) | {FRAME_WORDS[r['frame']]} "
         if "skill" not in r:
-            lines.append(head + "| not run yet | | | | | | |")
+            lines.append(head + "| not run yet | | | | | | | |")
             continue
         warm = ", ".join(str(w) for w in r["skill"]["warm_models"])
         lines.append(
             head + f"| {warm} | {cell(r['skill'])} | {_p(r['skill']['p'])} / {_p(r['skill_holm_p'])} "
-            f"| {r['skill_verdict']} | {cell(r['retention'])} | {r['retention_verdict']} | {cell(r['mix'])} |"
+            f"| {r['skill_verdict']} | {cell(r['retention'])} | {r['retention_verdict']} | {cell(r['mix'])} "
+            f"| {gpu_pair_cell(_find(result, r['method'], r['partner'], r['task']))} |"
         )
     return "\n".join(lines)
 
@@ -166,34 +167,72 @@ CONFIGURATIONS = {
 }
 
 
-# One H200 run at Qwen2.5-0.5B's shape (benchmarks/results/gpu/): each catalog key's run in that record.
-STEP_TIME_RECORD = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
-STEP_TIME_RUNS = {BASELINE: "grpo-4", "recommended": "ada-pos-4x2", "ada-balanced": "ada-bal-8x4"}
+# The GPU time columns (`gpu_time`): the latency-bound regime (the H200's records; the same at every shape) and the
+# throughput-bound one at Qwen2.5-1.5B's shape (the paper's setup); the full table has the 0.5B too.
+GPU_HEADLINE = ("latency:0.5b", "throughput:1.5b")
 
 
-def step_time_ratio(method: str, partner: str) -> float | None:
-    """The method's median step time over the partner's in the H200 record, or None where either was not timed."""
-    if method not in STEP_TIME_RUNS or partner not in STEP_TIME_RUNS:
-        return None
-    runs = {r["run"]: r for r in map(json.loads, STEP_TIME_RECORD.read_text().splitlines())}
-    return runs[STEP_TIME_RUNS[method]]["median_step_s"] / runs[STEP_TIME_RUNS[partner]]["median_step_s"]
+def gpu_ratio_cell(found: dict[str, Any] | None, key: str) -> str:
+    """The method's projected GPU time to 90% of the partner's whole-run skill gain over the partner's, pooled over
+    the warm models, with its interval."""
+    gpu = (found or {}).get("pooled_gpu", {}).get(key)
+    if gpu is None:
+        return "not run yet"
+    if gpu["ratio_90"] is None:
+        return "not reached"
+    ratio = gpu["ratio_90"]
+    return f"{ratio['ratio']:.2f}x [{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}]"
 
 
-def steps_to_90(found: dict[str, Any]) -> float | None:
-    """Steps to 90% of the partner's whole-run skill gain over the partner's, the mean over the warm models that
-    resolved it (None if any did not)."""
-    values = [w["whole_run_ratios"]["steps_to_90"] for w in found["per_warm"].values()]
-    if any(not v["resolved"] or v["ratio"] is None for v in values):
-        return None
-    return sum(v["ratio"] for v in values) / len(values)
+def gpu_pair_cell(found: dict[str, Any] | None) -> str:
+    """`gpu_ratio_cell` in the two headline regimes (`GPU_HEADLINE`)."""
+    return " · ".join(gpu_ratio_cell(found, key) for key in GPU_HEADLINE)
 
 
-def gpu_time_cell(found: dict[str, Any], method: str, partner: str) -> str:
-    """GPU time to 90% of the partner's skill gain, projected: the steps ratio times the measured step-time ratio."""
-    steps, time = steps_to_90(found), step_time_ratio(method, partner)
-    if steps is None or time is None:
-        return "not measured"
-    return f"{steps * time:.2f}x = {steps:.2f} x {time:.2f}"
+def model_range_cell(found: dict[str, Any], key: str) -> str:
+    """The 90% ratio's range over the step-time model's leave-one-out refits, widest over the warm models."""
+    ranges = [w["gpu"][key]["model_range_90"] for w in found["per_warm"].values()]
+    if any(r is None for r in ranges):
+        return "-"
+    return f"{min(r[0] for r in ranges):.2f}-{max(r[1] for r in ranges):.2f}"
+
+
+def gpu_table(result: dict[str, Any]) -> str:
+    """Every claims comparison (method, partner, task) once: per regime and shape, the projected GPU time to 90% of
+    the partner's skill gain (pooled [95%], then its range over the model's refits) and the skill per GPU-second
+    (the area difference over the GPU-seconds both ran, pooled [95%])."""
+    keys = [f"{regime}:{shape}" for regime in ("latency", "throughput") for shape in ("0.5b", "1.5b")]
+    keys.remove("latency:1.5b")  # every H200 term scales with the parameters alike: the same as at 0.5B
+    words = {
+        "latency:0.5b": "latency-bound, any shape",
+        "throughput:0.5b": "throughput-bound, 0.5B",
+        "throughput:1.5b": "throughput-bound, 1.5B",
+    }
+    lines = [
+        "| method vs partner (task) | warm models | "
+        + " | ".join(
+            f"{words[k]}: GPU time to 90% [95%]; model range | {words[k]}: skill per GPU-second Δ [95%]" for k in keys
+        )
+        + " |",
+        "|---|---|" + "---|---|" * len(keys),
+    ]
+    seen = set()
+    for _, method, partner, task, _ in CLAIMS:
+        if (method, partner, task) in seen:
+            continue
+        seen.add((method, partner, task))
+        found = _find(result, method, partner, task)
+        head = f"| `{method}` vs `{partner}` (`{task}`) "
+        if found is None or "pooled_gpu" not in found:
+            lines.append(head + "| not run yet |" + " |" * (2 * len(keys)))
+            continue
+        cells = []
+        for key in keys:
+            cells.append(f"{gpu_ratio_cell(found, key)}; {model_range_cell(found, key)}")
+            cells.append(cell(found["pooled_gpu"][key]["skill_area"]))
+        warm = ", ".join(str(w) for w in found["warm_models"])
+        lines.append(head + f"| {warm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def counted_cell(found: dict[str, Any], measure: str, frame: str) -> str:
@@ -226,7 +265,7 @@ def when_it_pays_rows(result: dict[str, Any]) -> list[list[str]]:
                 counted_cell(found, "skill", frame),
                 counted_cell(found, "skill", "equal_steps"),
                 counted_cell(found, "retention", frame),
-                gpu_time_cell(found, method, partner),
+                gpu_pair_cell(found),
                 ", ".join(str(w) for w in found["warm_models"]),
             ]
         )
@@ -243,7 +282,7 @@ def when_it_pays_table(result: dict[str, Any]) -> str:
     lines = [
         "| if you run | switching to | samples per prompt, yours / its | **skill per generated token**: Δ [95%] "
         "| skill per step: Δ at equal steps | retention per generated token: Δ "
-        "| GPU time to 90% of your skill gain, projected: steps x step time | warm models |",
+        "| GPU time to 90% of your skill gain, projected: latency-bound · throughput-bound 1.5B | warm models |",
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in when_it_pays_rows(result)]
