@@ -178,27 +178,31 @@ def gpu_readings(
     return readings
 
 
+def pooled_ratio(ratios: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Ratios of several warm models ({"ratio", "ci"} each, a bootstrap interval) pooled on the log scale
+    (`paired_stats.random_effects`, each standard error read off its interval: its width / 3.92); one warm model's
+    own as it is; None where any ratio or interval is unresolved (never reached, or an infinite end)."""
+    if not all(r["ratio"] is not None and r["ci"] is not None and math.isfinite(r["ci"][1]) for r in ratios):
+        return None
+    if len(ratios) == 1:
+        return {"ratio": ratios[0]["ratio"], "ci": list(ratios[0]["ci"])}
+    logs = ps.random_effects(
+        [math.log(r["ratio"]) for r in ratios],
+        [max((math.log(r["ci"][1]) - math.log(r["ci"][0])) / 3.92, 1e-12) for r in ratios],
+    )
+    return {"ratio": math.exp(logs["estimate"]), "ci": [math.exp(v) for v in logs["ci"]]}
+
+
 def pooled(per_warm: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """`gpu_readings` of one or more warm models, per regime and shape: the skill area difference and the 90%
-    GPU-time ratio, pooled over two or more (`paired_stats.random_effects`; the ratio on the log scale, each warm
-    model's standard error read off its bootstrap interval, its width / 3.92), one warm model's own otherwise. A ratio
-    is None where a warm model's ratio or interval is unresolved."""
+    """`gpu_readings` of one or more warm models, per regime and shape: the skill area difference pooled over two or
+    more (`paired_stats.random_effects`), one warm model's own otherwise; the 90% GPU-time ratio (`pooled_ratio`)."""
     result = {}
     for key in per_warm[0]:
         areas = [w[key]["skill_area"] for w in per_warm]
-        ratios = [w[key]["ratios"]["gpu_to_90"] for w in per_warm]
-        resolved = all(r["ratio"] is not None and r["ci"] is not None and math.isfinite(r["ci"][1]) for r in ratios)
+        ratio = pooled_ratio([w[key]["ratios"]["gpu_to_90"] for w in per_warm])
         if len(per_warm) == 1:
-            ratio = {"ratio": ratios[0]["ratio"], "ci": ratios[0]["ci"]} if resolved else None
-            result[key] = {"skill_area": areas[0], "ratio_90": ratio, "models": 1}
-            continue
-        area = ps.random_effects([a["estimate"] for a in areas], [max(a["se"], 1e-12) for a in areas])
-        ratio = None
-        if resolved:
-            logs = ps.random_effects(
-                [math.log(r["ratio"]) for r in ratios],
-                [max((math.log(r["ci"][1]) - math.log(r["ci"][0])) / 3.92, 1e-12) for r in ratios],
-            )
-            ratio = {"ratio": math.exp(logs["estimate"]), "ci": [math.exp(v) for v in logs["ci"]]}
+            area = areas[0]
+        else:
+            area = ps.random_effects([a["estimate"] for a in areas], [max(a["se"], 1e-12) for a in areas])
         result[key] = {"skill_area": area, "ratio_90": ratio, "models": len(per_warm)}
     return result

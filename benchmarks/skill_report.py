@@ -51,6 +51,7 @@ DOCS = {
     "gpu-time-table": ROOT / "benchmarks" / "README.md",
     "when-it-pays": ROOT / "README.md",
 }
+MEASURED_STEPS = ROOT / "trl_ada" / "tools" / "measured_steps.py"  # what `trl-ada simulate` reads
 SKILL_TASKS = ("columns", "columns-epochs")  # the tasks whose held-out rules split into skill and retention
 
 
@@ -338,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             (DOCS["when-it-pays"], "when-it-pays", skill_tables.when_it_pays_table(result)),
         ):
             path.write_text(skill_tables.replace_block(path.read_text(), marker, table))
+        MEASURED_STEPS.write_text(skill_tables.measured_steps_module(result))
 
 
 if __name__ == "__main__":

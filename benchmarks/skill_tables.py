@@ -302,3 +302,53 @@ def replace_block(text: str, marker: str, block: str) -> str:
 def block(text: str, marker: str) -> str:
     """What lies between the markers (`replace_block`), without the newlines around it."""
     return text.split(f"<!-- {marker} -->", 1)[1].split(f"<!-- /{marker} -->", 1)[0].strip("\n")
+
+
+MEASURED_STEPS_HEADER = '''"""Steps to 90% of GRPO's skill gain, measured on the toy columns task: what
+`trl-ada simulate --model-shape` multiplies by a configuration's projected step-time ratio to give its GPU time to the
+same skill.
+
+Written by `python benchmarks/skill_report.py --write-docs` from benchmarks/results/columns/skill_verdicts.json: the
+configuration's optimizer steps to 90% of GRPO's whole-run skill gain over GRPO's own, pooled over the warm models on
+the log scale, with its 95% interval (`benchmarks/gpu_time.py pooled_ratio`). tests/test_docs.py checks it against
+the JSON; not edited by hand.
+"""
+
+# (configuration, GRPO it was measured against) -> (steps ratio, 95% interval low, high, task, warm models)
+'''
+
+
+def measured_steps(result: dict[str, Any]) -> dict[tuple[str, str], tuple]:
+    """Every comparison against a GRPO group whose steps to 90% of the skill gain resolved on every warm model that
+    ran it: (method, partner) -> (pooled ratio, low, high, task, warm models); the first task in `SKILL_TASKS`
+    order where a pair ran on both."""
+    from gpu_time import pooled_ratio
+
+    entries: dict[tuple[str, str], tuple] = {}
+    for row in sorted(result["comparisons"], key=lambda r: r["task"] != "columns"):
+        key = (row["method"], row["partner"])
+        if not row["partner"].startswith("grpo-") or key in entries:
+            continue
+        ratios = [w.get("whole_run_ratios", {}).get("steps_to_90") for w in row["per_warm"].values()]
+        if any(r is None or not r["resolved"] for r in ratios):
+            continue
+        steps = pooled_ratio(ratios)
+        if steps is not None:
+            low, high = steps["ci"]
+            entries[key] = (
+                round(steps["ratio"], 4),
+                round(low, 4),
+                round(high, 4),
+                row["task"],
+                tuple(row["warm_models"]),
+            )
+    return entries
+
+
+def measured_steps_module(result: dict[str, Any]) -> str:
+    """The text of trl_ada/tools/measured_steps.py (`measured_steps`)."""
+    lines = [MEASURED_STEPS_HEADER + "STEPS_TO_90: dict[tuple[str, str], tuple[float, float, float, str, tuple]] = {"]
+    for (method, partner), (ratio, low, high, task, warm) in sorted(measured_steps(result).items()):
+        models = "(" + ", ".join(map(str, warm)) + ("," if len(warm) == 1 else "") + ")"
+        lines.append(f'    ("{method}", "{partner}"): ({ratio!r}, {low!r}, {high!r}, "{task}", {models}),')
+    return "\n".join(lines) + "\n}\n"

@@ -349,6 +349,8 @@ def test_the_when_it_pays_and_claims_tables_are_the_skill_reports_own():
     assert tables.block(README.read_text(), "when-it-pays") == tables.when_it_pays_table(result)
     assert tables.block(BENCHMARKS.read_text(), "claims-table") == tables.claims_table(result)
     assert tables.block(BENCHMARKS.read_text(), "gpu-time-table") == tables.gpu_table(result)
+    measured = ROOT / "trl_ada" / "tools" / "measured_steps.py"
+    assert measured.read_text() == tables.measured_steps_module(result)  # what `trl-ada simulate` reads
     for row in result["comparisons"]:
         assert all(len(w["seeds"]) == 10 for w in row["per_warm"].values()), (row["method"], row["partner"])
 

@@ -1,0 +1,32 @@
+"""Steps to 90% of GRPO's skill gain, measured on the toy columns task: what
+`trl-ada simulate --model-shape` multiplies by a configuration's projected step-time ratio to give its GPU time to the
+same skill.
+
+Written by `python benchmarks/skill_report.py --write-docs` from benchmarks/results/columns/skill_verdicts.json: the
+configuration's optimizer steps to 90% of GRPO's whole-run skill gain over GRPO's own, pooled over the warm models on
+the log scale, with its 95% interval (`benchmarks/gpu_time.py pooled_ratio`). tests/test_docs.py checks it against
+the JSON; not edited by hand.
+"""
+
+# (configuration, GRPO it was measured against) -> (steps ratio, 95% interval low, high, task, warm models)
+STEPS_TO_90: dict[tuple[str, str], tuple[float, float, float, str, tuple]] = {
+    ("ada-balanced", "grpo-16"): (0.9136, 0.8437, 0.9808, "columns", (0,)),
+    ("ada-balanced", "grpo-26"): (0.9564, 0.916, 0.9972, "columns", (0,)),
+    ("ada-balanced", "grpo-4"): (0.6413, 0.5995, 0.6795, "columns", (0,)),
+    ("ada-balanced-weight", "grpo-4"): (0.6298, 0.5922, 0.6655, "columns", (0,)),
+    ("ada-est", "grpo-4"): (0.665, 0.3695, 1.1969, "columns-epochs", (0, 1)),
+    ("ada-est", "grpo-8"): (1.0243, 0.4277, 2.4534, "columns-epochs", (0, 1)),
+    ("ada-est-invp", "grpo-4"): (0.7213, 0.6608, 0.8196, "columns-epochs", (0,)),
+    ("ada-est-noweight", "grpo-4"): (0.677, 0.6276, 0.7705, "columns-epochs", (0,)),
+    ("ada-positive", "grpo-16"): (1.0334, 0.6829, 1.5637, "columns", (0, 1)),
+    ("ada-positive", "grpo-4"): (0.6199, 0.1568, 2.4515, "columns", (0, 1)),
+    ("ada-positive-weight", "grpo-4"): (0.6733, 0.6217, 0.7305, "columns", (0,)),
+    ("dapo-4", "grpo-4"): (0.6175, 0.5456, 0.7063, "columns-epochs", (0,)),
+    ("grpo-16", "grpo-4"): (0.6028, 0.3235, 1.123, "columns", (0, 1)),
+    ("grpo-26", "grpo-4"): (0.5724, 0.5318, 0.6177, "columns", (0,)),
+    ("grpo-4-pilot", "grpo-4"): (1.1463, 1.0313, 1.3619, "columns-epochs", (0,)),
+    ("grpo-4-select", "grpo-4"): (1.0427, 0.9425, 1.3018, "columns-epochs", (0,)),
+    ("grpo-8", "grpo-4"): (0.6712, 0.4037, 1.1161, "columns-epochs", (0, 1)),
+    ("memory-2", "grpo-4"): (0.8542, 0.5056, 1.4431, "columns-epochs", (0, 1)),
+    ("recommended", "grpo-4"): (0.7777, 0.4415, 1.3701, "columns", (0, 1)),
+}
