@@ -35,8 +35,9 @@ from typing import Any
 import datasets
 import transformers
 
-from .arithmetic import Split, _completion_text, problem_split
-from .registry import ToyTask
+from .arithmetic import Split, problem_split
+from .rewards import _completion_text
+from .task import ToyTask
 from .warmup import WarmupRecipe, supervised_warmup
 
 __all__ = [

@@ -38,9 +38,10 @@ from typing import Any
 import datasets
 import transformers
 
-from .arithmetic import Split, final_answer_rewards, problem_split
-from .registry import ToyTask
+from .arithmetic import Split, problem_split
+from .rewards import final_answer_rewards
 from .sampling import sample_completions
+from .task import ToyTask
 from .warmup import WarmupRecipe, supervised_warmup
 
 __all__ = [

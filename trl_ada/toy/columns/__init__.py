@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import pathlib
 
-from ..registry import ToyTask
+from ..task import ToyTask
 from .curriculum import (
     WARMUP_BAND,
     WARMUP_CHECK_PROMPTS_PER_RULE,

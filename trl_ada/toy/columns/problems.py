@@ -12,7 +12,8 @@ from typing import Any
 import datasets
 import transformers
 
-from ..arithmetic import Split, final_answer_rewards, problem_split
+from ..arithmetic import Split, problem_split
+from ..rewards import final_answer_rewards
 from ..sampling import sample_completions
 
 # Part of the cached folders' names: bump it whenever anything that changes the warm model changes.
