@@ -75,8 +75,9 @@ from learning_stats import aa_floor, heldout_aa_floor, late_gain
 from machine import describe, machine_info
 from skill_frames import retention_drop, with_skill_and_retention
 from skill_report import SKILL_TASKS, prepared, read_all, skill_section
+from testbeds import TASKS
 
-from trl_ada.toy.registry import TASKS, toy_task
+from trl_ada.toy.registry import toy_task
 
 
 def combine_reports(

@@ -459,7 +459,7 @@ def testbed_line(testbed: dict[str, Any]) -> str:
 
 
 def instrument_line(testbed: dict[str, Any]) -> str:
-    """The instrument's properties (`trl_ada.toy.rules.instrument_properties`, `trl_ada.toy.columns.instrument`) in
+    """The instrument's properties (the rules task's, docs/moved.md; `testbeds.columns.instrument`) in
     one clause."""
     flawed = testbed["flawed_rewarded_share_low_p"]
     low, high = testbed.get("hard_band", (0.01, 0.1))  # the rules task's reports predate the field

@@ -145,7 +145,7 @@ def test_a_lazy_import_that_closes_a_circle_is_found(tmp_path, monkeypatch):
 def with_task_factories(graph: dict[str, set[str]], factories: Mapping[str, str]) -> dict[str, set[str]]:
     """`graph` with the imports the toy task registry makes at run time (`importlib`, which grimp cannot read): the
     registry imports each task's module (`TASK_FACTORIES`, "module:function", relative to `trl_ada.toy`)."""
-    modules = {f"trl_ada.toy.{factory.split(':')[0].lstrip('.')}" for factory in factories.values()}
+    modules = {f"trl_ada.toy{factory.split(':')[0]}" for factory in factories.values() if factory.startswith(".")}
     return graph | {"trl_ada.toy.registry": graph.get("trl_ada.toy.registry", set()) | modules}
 
 
@@ -159,7 +159,7 @@ def test_a_circle_through_the_task_registry_is_found():
         "trl_ada.toy.warmup": {"trl_ada.toy.sampling"},
     }
     assert import_cycles(graph) == []
-    found = import_cycles(with_task_factories(graph, {"arithmetic": "arithmetic:arithmetic_task"}))
+    found = import_cycles(with_task_factories(graph, {"arithmetic": ".arithmetic:arithmetic_task"}))
     assert found == [["trl_ada.toy.arithmetic", "trl_ada.toy.registry", "trl_ada.toy.sampling", "trl_ada.toy.warmup"]]
 
 

@@ -1,15 +1,20 @@
-"""The columns task (trl_ada/toy/columns.py): worked solutions against hand-worked column arithmetic, the chain
+"""The columns task (benchmarks/testbeds/columns): worked solutions against hand-worked column arithmetic, the chain
 checker's verdicts, the reward, the data's properties (answer prior, held-out overlap, fresh prompts) and the
 instrument's properties on hand-made counts. No model is trained here."""
 
+import pathlib
 import random
+import sys
 
 import pytest
 
-from trl_ada.toy import columns as C
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import testbeds.columns as C
+from testbeds.columns import curriculum as columns_warmup
+from testbeds.columns import problems
+
 from trl_ada.toy import toy_task
-from trl_ada.toy.columns import curriculum as columns_warmup
-from trl_ada.toy.columns import problems
 
 # --------------------------------------------------------------------------------------------------------------------
 # Solutions, worked by hand

@@ -10,7 +10,8 @@ from collections.abc import Iterator, Sequence
 import datasets
 import transformers
 
-from ..warmup import WarmupRecipe, supervised_warmup
+from trl_ada.toy.warmup import WarmupRecipe, supervised_warmup
+
 from .problems import (
     EASY_RULES,
     HARD_RULES,

@@ -12,9 +12,9 @@ from typing import Any
 import datasets
 import transformers
 
-from ..arithmetic import Split, problem_split
-from ..rewards import final_answer_rewards
-from ..sampling import sample_completions
+from trl_ada.toy.arithmetic import Split, problem_split
+from trl_ada.toy.rewards import final_answer_rewards
+from trl_ada.toy.sampling import sample_completions
 
 # Part of the cached folders' names: bump it whenever anything that changes the warm model changes.
 VERSION = "c1"
