@@ -339,7 +339,7 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
 def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
     # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
     # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
-    report = learning_catalog.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json"
+    report = learning_catalog.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json.gz"
     argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
     combined = learning_per_token.main(argv)
     rows = {row["key"]: row for row in combined["summary"]}
@@ -968,3 +968,26 @@ def test_a_gzipped_report_reads_as_the_plain_one(tmp_path):
         json.dump(report, file)
     plain = learning_report.read_report(tmp_path / "plain.json")
     assert learning_report.read_report(tmp_path / "chunk.json.gz") == plain == json.loads(json.dumps(report))
+
+
+def test_a_report_named_as_written_reads_its_gzipped_copy_and_its_plot_is_drawn_again(tmp_path):
+    """The results keep reports as ``.json.gz`` and a plot only where a study shows it: a command naming ``r.json``
+    reads ``r.json.gz``, and ``--plot`` draws the report's plot again, next to it, as the run drew it."""
+    import gzip
+
+    runs = [fake_run("grpo-4", seed, [0, 1000], [0.4, 0.5 + seed / 100]) for seed in (0, 1)]
+    (tmp_path / "in.json").write_text(json.dumps(fake_report([0, 1], runs)))
+    learning_per_token.main(["--combine", str(tmp_path / "in.json"), "--output-dir", str(tmp_path), "--name", "r"])
+    plain = (tmp_path / "r.json").read_bytes()
+    (tmp_path / "r.json.gz").write_bytes(gzip.compress(plain, mtime=0))  # as `gzip -n` keeps them
+    (tmp_path / "r.json").unlink()
+    (tmp_path / "r.png").unlink()
+    assert learning_report.read_report(tmp_path / "r.json") == json.loads(plain)
+    assert learning_report.read_report(tmp_path / "r.json.gz") == json.loads(plain)
+    assert learning_per_token.main(["--plot", str(tmp_path / "r.json.gz")]) == {"plots": [str(tmp_path / "r.png")]}
+    assert (tmp_path / "r.png").stat().st_size > 0
+    elsewhere = tmp_path / "plots"
+    learning_per_token.main(["--plot", str(tmp_path / "r.json.gz"), "--output-dir", str(elsewhere)])
+    assert (elsewhere / "r.png").stat().st_size > 0
+    with pytest.raises(SystemExit):  # it trains nothing: a training flag would be ignored
+        learning_per_token.parse_args(["--plot", str(tmp_path / "r.json.gz"), "--seeds", "3"])
