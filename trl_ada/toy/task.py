@@ -13,7 +13,7 @@ import transformers
 
 @dataclass(frozen=True)
 class ToyTask:
-    """A built-in toy task: its reward, completion budget, warm-up, shipped warm model and benchmark datasets.
+    """A toy task: its reward, completion budget, warm-up, shipped warm model and benchmark datasets.
 
     ``train_rows(rows, seed)`` gives a benchmark's ``rows`` training rows for a seed (the order the trainer sees them
     in is TRL's seeded shuffle of these); ``heldout(n)`` the held-out prompts, the same for every seed and never
@@ -31,7 +31,7 @@ class ToyTask:
     train_rows: Callable[[int, int], datasets.Dataset]
     heldout: Callable[[int], datasets.Dataset]
     # What the learning benchmark measures of a start model beyond `sample_properties`: (model, tokenizer, prompts)
-    # -> a dict, for a task built as an instrument (the "rules" tasks); None for the others.
+    # -> a dict, for a task built as an instrument (the "columns" tasks); None for the others.
     instrument: Callable[..., dict] | None = None
     # When the warm-up stops, in words, for a task whose warm-up stops on more than `target_accuracy`.
     warmup_stop: str | None = None
