@@ -216,8 +216,7 @@ FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 # The rules tasks are measured with 32 samples per held-out prompt (pass@32, and a quarter of the evaluation's own
 # sampling variance of 8), over longer runs: GRPO n=4 is still improving where they end (benchmarks/README.md). An
 # evaluation every 60 steps keeps ten seeds of GRPO n=4 against `recommended` within 90 minutes on 2 cores (70.1).
-TASK_FULL = {task: {"steps": 300, "eval_every": 60, "heldout_samples": 32} for task in ("rules", "rules-epochs")}
-TASK_FULL |= {task: {"steps": 300, "eval_every": 60, "heldout_samples": 32} for task in ("columns", "columns-epochs")}
+TASK_FULL = {task: {"steps": 300, "eval_every": 60, "heldout_samples": 32} for task in ("columns", "columns-epochs")}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # GRPO n=4 at 2e-4 on the reasoning task (its first version's seed-0 model) dropped 11 points in its first 40 steps
 # and ended 1 point up; at 1e-4 it rises steadily: +13 points in 200 steps over ten seeds
@@ -225,9 +224,6 @@ QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # splits its seeds (the grpo-4-lr* methods; benchmarks/README.md, "Larger learning rates").
 LEARNING_RATE = {
     "arithmetic": 2e-4,
-    "reasoning": 1e-4,
-    "rules": 1e-4,
-    "rules-epochs": 1e-4,
     "columns": 1e-4,
     "columns-epochs": 1e-4,
 }
@@ -238,9 +234,6 @@ LEARNING_RATE = {
 # curve read to its end (the arithmetic task's published numbers).
 MATCH_TOKENS = {
     "arithmetic": None,
-    "reasoning": 1.4,
-    "rules": 1.4,
-    "rules-epochs": 1.4,
     "columns": 1.4,
     "columns-epochs": 1.4,
 }

@@ -6,6 +6,7 @@ selection, the pilot, the memory baseline, and Reinforce-Ada (Seq positive/balan
     python benchmarks/learning_per_token.py --combine a.json b.json --name all  # one table over reports' seeds
     python benchmarks/learning_per_token.py --combine a.json --drop-seeds 7 8 --name some  # rests on two seeds?
     python benchmarks/learning_per_token.py --verify a.json --seeds 0 --methods grpo-4  # does a run reproduce here?
+    python benchmarks/learning_per_token.py --plot a.json.gz            # a report's plot drawn again, as a.png
     python benchmarks/learning_per_token.py --quick                     # 30 steps, 128 held-out prompts x 4 samples
 
 Every run starts from the same warmed-up toy model (`trl_ada.toy.toy_model_dir(task=...)`; ``--task`` picks the task,
@@ -25,7 +26,8 @@ earlier tasks (arithmetic, reasoning, rules) evaluate every few steps and are su
 with the same settings after checking that its first seed trains the same numbers here (`learning_reproduce.py`).
 Before the runs, the start model's own samples on the training prompts measure the testbed: the pass-rate mix,
 completion lengths, visits per prompt, and, for a task built as an instrument, its properties. Writes JSON, a Markdown
-table and a PNG plot to ``--output-dir``.
+table and a PNG plot to ``--output-dir``; the committed results keep the JSON gzipped (``gzip -n``) and a plot only
+where its study shows it (``--plot`` draws any report's again).
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ from learning_stats import aa_floor, heldout_aa_floor, late_gain
 from machine import describe, machine_info
 from skill_frames import retention_drop, with_skill_and_retention
 from skill_report import SKILL_TASKS, prepared, read_all, skill_section
+from testbeds import TASKS
 
-from trl_ada.toy.registry import TASKS, toy_task
+from trl_ada.toy.registry import toy_task
 
 
 def combine_reports(
@@ -186,7 +189,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--testbed-only", action="store_true", help="measure the start model's testbed, write it, and train nothing"
     )
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each")
-    parser.add_argument("--output-dir", type=pathlib.Path, default=RESULTS)
+    parser.add_argument(
+        "--output-dir", type=pathlib.Path, help=f"where results go (default {RESULTS}; --plot: by each report)"
+    )
     parser.add_argument("--name", help="result file stem (default learning_per_token[_quick])")
     parser.add_argument(
         "--combine",
@@ -217,6 +222,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train nothing new: train this JSON report's runs of --seeds and --methods again, with its settings, and "
         "say for each whether its checkpoints reproduce exactly or where they first differ",
     )
+    parser.add_argument(
+        "--plot",
+        nargs="+",
+        type=pathlib.Path,
+        metavar="REPORT",
+        help="train nothing: draw these reports' plots again from their runs and summary, each as its name with .png, "
+        "next to it (or in --output-dir)",
+    )
     parser.add_argument("--model-dir", type=pathlib.Path, help="start from this model (default: the warm toy model)")
     parser.add_argument(
         "--warm-seed",
@@ -225,17 +238,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start from the task's warm model built with this seed (toy_model_dir(seed=...); 0: the shipped one)",
     )
     args = parser.parse_args(argv)
-    if args.combine is not None:
+    for flag, allowed in (("combine", COMBINE_OPTIONS), ("plot", {"plot", "output_dir"})):
+        if getattr(args, flag) is None:
+            continue
         # The reports carry their own settings: a training flag here would be silently ignored.
         ignored = [
             f"--{dest.replace('_', '-')}"
             for dest, value in vars(args).items()
-            if dest not in COMBINE_OPTIONS and value != parser.get_default(dest)
+            if dest not in allowed and value != parser.get_default(dest)
         ]
         if ignored:
-            parser.error(f"--combine trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
-    elif args.drop_seeds is not None:
+            parser.error(f"--{flag} trains nothing; the reports carry their settings, so drop {', '.join(ignored)}")
+    if args.combine is None and args.drop_seeds is not None:
         parser.error("--drop-seeds leaves seeds out of a --combine; to train fewer seeds, give --seeds")
+    if args.plot is None and args.output_dir is None:
+        args.output_dir = RESULTS
     if args.methods is None and args.combine is None:
         args.methods = [m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS]
         if args.baseline_from is not None:
@@ -252,6 +269,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.list_tasks:
         print("\n".join(TASKS))
         return {"tasks": list(TASKS)}
+    if args.plot:
+        return {"plots": [str(replot(path, args.output_dir)) for path in args.plot]}
     if args.combine:
         return combine_main(args, argv)
     if args.verify:
@@ -418,16 +437,7 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     section = pairings_section(pairs, pair_floors)
     if section is not None:
         table += "\n\n" + section
-    shape = f"{settings['steps']} steps x {settings['prompts_per_step']} prompts"
-    longest = max(run["checkpoints"][-1]["step"] for run in runs)  # the runs', not what the settings would allow
-    if longest > settings["steps"]:
-        shape += f" (others up to {longest} steps)"
-    if settings["match_tokens"]:
-        shape += ", read at GRPO n=4's tokens"
-    title = (
-        f"Toy task ({settings['task']}), {shape}, seeds {report['seeds']}, "
-        f"held-out {settings['heldout']} x {settings['heldout_samples']}"
-    )
+    title = plot_title(report, runs)
     plot(runs, rows, output_dir / f"{name}.png", title)
     late = late_gain(base_runs)
     report |= {
@@ -462,6 +472,37 @@ def write_results(report: dict[str, Any], runs: list[dict], output_dir: pathlib.
     (output_dir / f"{name}.md").write_text(text)
     print("\n" + text, flush=True)
     return report
+
+
+def plot_title(report: dict[str, Any], runs: list[dict]) -> str:
+    """The title of a report's plot (and of its table): the task, the run's shape, the seeds and the held-out set."""
+    settings = report["settings"]
+    held = f"held-out {settings['heldout']} x {settings['heldout_samples']}"
+    steps = f"{settings['steps']} steps x {settings['prompts_per_step']} prompts"
+    if "token_grid" in settings:
+        grid = "on one grid of tokens and steps"
+        return f"Toy task ({settings['task']}), GRPO n=4 {steps}, seeds {report['seeds']}, {held}, {grid}"
+    longest = max(run["checkpoints"][-1]["step"] for run in runs)  # the runs', not what the settings would allow
+    if longest > settings["steps"]:
+        steps += f" (others up to {longest} steps)"
+    if settings.get("match_tokens"):
+        steps += ", read at GRPO n=4's tokens"
+    return f"Toy task ({settings['task']}), {steps}, seeds {report['seeds']}, {held}"
+
+
+def replot(path: pathlib.Path, output_dir: pathlib.Path | None) -> pathlib.Path:
+    """``--plot``: a report's plot drawn again from its runs and summary, as `write_results` drew it."""
+    report = read_report(path)
+    report["settings"] = EARLIEST_SETTINGS | report["settings"]
+    name = path.name.removesuffix(".gz").removesuffix(".json")
+    target = (output_dir or path.parent) / f"{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    runs, rows, title = report["runs"], report["summary"], plot_title(report, report["runs"])
+    if "token_grid" in report["settings"]:
+        grid_plot(runs, rows, grid_of(report["settings"]), target, title)
+    else:
+        plot(runs, rows, target, title)
+    return target
 
 
 def _header(report: dict[str, Any], title: str) -> str:
@@ -500,10 +541,7 @@ def write_grid_results(
         report["skill"] = read_all([prepared(report | {"runs": runs}, f"{name}.json")])
         report["retention_drop"] = retention_drop(base_runs)
         table = skill_section(report["skill"], report["retention_drop"]) + "\n\n" + table
-    title = (
-        f"Toy task ({settings['task']}), GRPO n=4 {settings['steps']} steps x {settings['prompts_per_step']} prompts, "
-        f"seeds {report['seeds']}, held-out {settings['heldout']} x {samples}, on one grid of tokens and steps"
-    )
+    title = plot_title(report, runs)
     grid_plot(runs, rows, grid, output_dir / f"{name}.png", title)
     late = late_gain(base_runs, metric="chain_accuracy")
     report |= {

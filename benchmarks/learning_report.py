@@ -37,7 +37,12 @@ from trl_ada.tools.heldout import PASS_AT_K
 
 
 def read_report(path: pathlib.Path) -> dict[str, Any]:
-    """A report's JSON, plain or gzipped (``.json.gz``: the chunks a combined report was made from, kept small)."""
+    """A report's JSON, plain or gzipped (``.json.gz``). The results keep a learning report's raw runs gzipped: a path
+    ``X.json`` that is not there reads ``X.json.gz``, so a command that names a report as it was written still runs."""
+    path = pathlib.Path(path)
+    gzipped = path.with_name(path.name + ".gz")
+    if path.suffix == ".json" and not path.exists() and gzipped.exists():
+        path = gzipped
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as file:
         return json.load(file)
@@ -459,7 +464,7 @@ def testbed_line(testbed: dict[str, Any]) -> str:
 
 
 def instrument_line(testbed: dict[str, Any]) -> str:
-    """The instrument's properties (`trl_ada.toy.rules.instrument_properties`, `trl_ada.toy.columns.instrument`) in
+    """The instrument's properties (the rules task's, docs/moved.md; `testbeds.columns.instrument`) in
     one clause."""
     flawed = testbed["flawed_rewarded_share_low_p"]
     low, high = testbed.get("hard_band", (0.01, 0.1))  # the rules task's reports predate the field

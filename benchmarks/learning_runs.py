@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
+import testbeds  # noqa: F401  (registers the columns tasks, in this process and in every worker that imports this)
 from learning_catalog import BASELINE, CATALOG, EQUAL_STEPS, GRID_LOG_EVERY, GRID_TASKS, ORACLE_SUBSETS, PROMPTS_FACTOR
 
 

@@ -39,7 +39,7 @@ FRAMES = ("budget", "whole", "equal_steps")
 def heldout_strata(report: dict[str, Any]) -> dict[str, list[int]]:
     """Rule -> the held-out prompts' indices, as `columns_heldout` lays them out (rule by rule, the same number each),
     checked against the per-rule accuracy the report's first checkpoint recorded."""
-    from trl_ada.toy.columns.problems import RULES
+    from testbeds.columns.problems import RULES
 
     first = report["runs"][0]["checkpoints"][0]
     counts, samples = first["chain_correct"], report["settings"]["heldout_samples"]
@@ -54,7 +54,7 @@ def heldout_strata(report: dict[str, Any]) -> dict[str, list[int]]:
 
 def measure_strata(strata: dict[str, list[int]]) -> dict[str, list[list[int]]]:
     """Measure -> its rules' prompt lists (one stratum per rule, each weighed equally)."""
-    from trl_ada.toy.columns.problems import EASY_RULES, HARD_RULES
+    from testbeds.columns.problems import EASY_RULES, HARD_RULES
 
     return {
         "skill": [strata[r] for r in HARD_RULES],
@@ -66,7 +66,7 @@ def measure_strata(strata: dict[str, list[int]]) -> dict[str, list[list[int]]]:
 def with_skill_and_retention(runs: Sequence[Run]) -> list[Run]:
     """The runs with ``skill_accuracy`` and ``retention_accuracy`` on every checkpoint: the mean of the hard (easy)
     rules' ``chain_accuracy_by_label``."""
-    from trl_ada.toy.columns.problems import EASY_RULES, HARD_RULES
+    from testbeds.columns.problems import EASY_RULES, HARD_RULES
 
     def split(checkpoint: dict[str, Any]) -> dict[str, Any]:
         by_rule = checkpoint["chain_accuracy_by_label"]

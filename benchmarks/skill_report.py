@@ -26,7 +26,8 @@ from learning_catalog import BASELINE, PAIRINGS, RESULTS
 from learning_report import read_report, runs_by_method
 
 COLUMNS_RESULTS = RESULTS / "columns"
-# The combined reports read, one per (task, warm model, set of methods). A report whose runs another report also
+# The combined reports read, one per (task, warm model, set of methods), named as written (the results keep them
+# gzipped: `read_report` reads NAME.json.gz for NAME.json). A report whose runs another report also
 # holds (GRPO n=4 copied by --baseline-from) is fine: a comparison is read from the report that holds both methods.
 REPORTS = (
     "learning_per_token_columns_recommended.json",

@@ -339,7 +339,7 @@ def test_summary_reads_heldout_measures_where_every_run_recorded_them():
 def test_combine_summarises_a_committed_report_and_reproduces_its_aa_floor(tmp_path):
     # A report written before the comparison existed: its new columns come from its curves alone. Point estimates
     # as benchmarks/README.md's reasoning-task section reads them; the A/A ranges as 2,000 splits give them.
-    report = learning_catalog.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json"
+    report = learning_catalog.RESULTS / "reasoning" / "learning_per_token_reasoning_memory.json.gz"
     argv = ["--combine", str(report), "--output-dir", str(tmp_path), "--name", "memory"]
     combined = learning_per_token.main(argv)
     rows = {row["key"]: row for row in combined["summary"]}
@@ -475,7 +475,7 @@ def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals
 
 
 def test_list_tasks_prints_one_task_a_line(capsys):
-    tasks = ["arithmetic", "reasoning", "rules", "rules-epochs", "columns", "columns-epochs"]
+    tasks = ["arithmetic", "columns", "columns-epochs"]
     assert learning_per_token.main(["--list-tasks"]) == {"tasks": tasks}
     assert capsys.readouterr().out == "".join(f"{task}\n" for task in tasks)
 
@@ -592,17 +592,19 @@ def test_oracle_subsets_hand_worked():
 def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
     import random
 
-    from trl_ada.toy import toy_task
-    from trl_ada.toy.reasoning import reasoning_train_set
+    from testbeds.columns import problems
 
-    task = toy_task("reasoning")
+    from trl_ada.toy import toy_task
+
+    task = toy_task("columns-epochs")
     full = task.train_rows(800, 3)
     contents = [prompt[-1]["content"] for prompt in full["prompt"]]
-    keep = sorted(set(contents))[:50]  # 50 of the 400 prompts
+    keep = sorted(set(contents))[:50]  # 50 of the fixed set's 1,200 prompts
     rows = learning_runs.training_rows(task, 120, 3, keep)
     picked = [prompt[-1]["content"] for prompt in rows["prompt"]]
     # The seed's epochs, rebuilt as the task documents them: each a random.Random(seed) shuffle of the fixed set.
-    train = [prompt[-1]["content"] for prompt in reasoning_train_set()["prompt"]]
+    fixed = problems.make_columns_dataset(problems.EPOCH_PROMPTS, seed=problems.TRAIN_SEED, split="train")
+    train = [prompt[-1]["content"] for prompt in fixed["prompt"]]
     rng, expected = random.Random(3), []
     while len(expected) < 120:
         epoch = list(range(len(train)))
@@ -757,27 +759,27 @@ def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp
 
 
 @pytest.mark.slow
-def test_learning_per_token_reasoning_task_reports_its_testbed(tmp_path):
-    """The step-by-step task on its untrained model: a training row per prompt of whole epochs, 64-token completions,
-    and the start's measured testbed in the report."""
+def test_learning_per_token_token_matched_run_reports_its_testbed(tmp_path):
+    """The arithmetic task on its untrained model, token-matched: 8-token completions, and the start's measured
+    testbed in the report."""
     from trl_ada.toy import toy_model_dir
 
-    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
-    argv = ["--task", "reasoning", "--steps", "2", "--eval-every", "2", "--heldout", "4", "--heldout-samples", "1"]
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="arithmetic")
+    argv = ["--task", "arithmetic", "--steps", "2", "--eval-every", "2", "--heldout", "4", "--heldout-samples", "1"]
     argv += ["--seeds", "0", "--methods", "grpo-4", "grpo-4-pilot", "--jobs", "1", "--model-dir", str(cold)]
-    argv += ["--prompts-per-step", "2"]
+    argv += ["--prompts-per-step", "2", "--match-tokens", "1.4"]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     testbed = json.loads((tmp_path / "tiny.json").read_text())["testbed"]
     assert (
-        testbed == report["testbed"] and testbed["task"] == "reasoning" and report["settings"]["task"] == "reasoning"
+        testbed == report["testbed"] and testbed["task"] == "arithmetic" and report["settings"]["task"] == "arithmetic"
     )
     for key in ("frac_all_correct_n4", "frac_all_wrong_n4", "len_p90_over_p10"):
         assert 0 <= testbed[key] < float("inf")
     assert testbed["prompts"] == 4 and testbed["visits_per_prompt"] == 1.0  # 2 steps x 2 prompts: a part epoch
-    assert testbed["mean_len_wrong"] > 0 and testbed["mean_len"] <= 64
-    assert report["runs"][0]["generated"]["completion_tokens"] <= 2 * 2 * 4 * 64
-    # Token-matched by default on this task: the other method trains 1.4 x 2 steps, rounded up to 4, and every curve
-    # is read up to GRPO n=4's tokens.
+    assert testbed["mean_len_wrong"] > 0 and testbed["mean_len"] <= 8
+    assert report["runs"][0]["generated"]["completion_tokens"] <= 2 * 2 * 4 * 8
+    # Token-matched: the other method trains 1.4 x 2 steps, rounded up to 4, and every curve is read up to GRPO n=4's
+    # tokens.
     grpo, pilot = report["runs"]
     assert report["settings"]["match_tokens"] == 1.4
     assert [c["step"] for c in grpo["checkpoints"]] == [0, 2] and [c["step"] for c in pilot["checkpoints"]] == [
@@ -865,8 +867,8 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
 def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
     from trl_ada.toy import toy_model_dir
 
-    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="reasoning")
-    argv = ["--task", "reasoning", "--steps", "2", "--prompts-per-step", "2", "--model-dir", str(cold)]
+    cold = toy_model_dir(tmp_path / "cache", warmup=False, task="arithmetic")
+    argv = ["--task", "arithmetic", "--steps", "2", "--prompts-per-step", "2", "--model-dir", str(cold)]
     report = learning_per_token.main([*argv, "--testbed-only", "--output-dir", str(tmp_path), "--name", "bed"])
     saved = json.loads((tmp_path / "bed.json").read_text())
     assert saved == report and "runs" not in saved and "summary" not in saved
@@ -966,3 +968,26 @@ def test_a_gzipped_report_reads_as_the_plain_one(tmp_path):
         json.dump(report, file)
     plain = learning_report.read_report(tmp_path / "plain.json")
     assert learning_report.read_report(tmp_path / "chunk.json.gz") == plain == json.loads(json.dumps(report))
+
+
+def test_a_report_named_as_written_reads_its_gzipped_copy_and_its_plot_is_drawn_again(tmp_path):
+    """The results keep reports as ``.json.gz`` and a plot only where a study shows it: a command naming ``r.json``
+    reads ``r.json.gz``, and ``--plot`` draws the report's plot again, next to it, as the run drew it."""
+    import gzip
+
+    runs = [fake_run("grpo-4", seed, [0, 1000], [0.4, 0.5 + seed / 100]) for seed in (0, 1)]
+    (tmp_path / "in.json").write_text(json.dumps(fake_report([0, 1], runs)))
+    learning_per_token.main(["--combine", str(tmp_path / "in.json"), "--output-dir", str(tmp_path), "--name", "r"])
+    plain = (tmp_path / "r.json").read_bytes()
+    (tmp_path / "r.json.gz").write_bytes(gzip.compress(plain, mtime=0))  # as `gzip -n` keeps them
+    (tmp_path / "r.json").unlink()
+    (tmp_path / "r.png").unlink()
+    assert learning_report.read_report(tmp_path / "r.json") == json.loads(plain)
+    assert learning_report.read_report(tmp_path / "r.json.gz") == json.loads(plain)
+    assert learning_per_token.main(["--plot", str(tmp_path / "r.json.gz")]) == {"plots": [str(tmp_path / "r.png")]}
+    assert (tmp_path / "r.png").stat().st_size > 0
+    elsewhere = tmp_path / "plots"
+    learning_per_token.main(["--plot", str(tmp_path / "r.json.gz"), "--output-dir", str(elsewhere)])
+    assert (elsewhere / "r.png").stat().st_size > 0
+    with pytest.raises(SystemExit):  # it trains nothing: a training flag would be ignored
+        learning_per_token.parse_args(["--plot", str(tmp_path / "r.json.gz"), "--seeds", "3"])

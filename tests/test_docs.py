@@ -565,17 +565,33 @@ def test_the_benchmarks_index_is_at_most_400_lines_and_links_every_study_file():
         assert BENCHMARKS.resolve() in linked_files(study), study
 
 
+def stem(path: Path) -> Path:
+    """A result file's path without its extension, a gzipped one's too: `x.json.gz` -> `x`."""
+    return path.with_suffix("").with_suffix("") if path.suffix == ".gz" else path.with_suffix("")
+
+
 def test_every_result_file_is_named_in_its_study():
     """A JSON, Markdown table or plot in a results folder is linked from that folder's README.md (by itself, or a
-    sibling of the same name with another extension: `x.md` stands for `x.json` and `x.png`)."""
+    sibling of the same name with another extension: `x.md` stands for `x.json.gz` and `x.png`)."""
     unnamed = []
     for study in STUDIES:
         linked = linked_files(study)
-        stems = {path.with_suffix("") for path in linked}
+        stems = {stem(path) for path in linked}
         for path in study.parent.rglob("*"):
-            if path.is_file() and path != study and path.resolve().with_suffix("") not in stems:
+            if path.is_file() and path != study and stem(path.resolve()) not in stems:
                 unnamed.append(str(path.relative_to(ROOT)))
     assert not unnamed, unnamed
+
+
+def test_raw_reports_are_kept_gzipped_and_plots_only_where_a_study_shows_them():
+    """A learning report's raw runs (every checkpoint of every run) are kept as `.json.gz` (read by
+    `learning_report.read_report`), and a plot in the results is one a document links: the others are drawn again by
+    `learning_per_token.py --plot`."""
+    plain = [path for path in RESULTS.rglob("learning_per_token*.json") if '"runs":' in path.read_text()]
+    assert not plain, [str(path.relative_to(ROOT)) for path in plain]
+    shown = set().union(*(linked_files(doc) for doc in [*STUDIES, BENCHMARKS, *USER_DOCS]))
+    unshown = [str(path.relative_to(ROOT)) for path in RESULTS.rglob("*.png") if path.resolve() not in shown]
+    assert not unshown, unshown
 
 
 def test_superseded_studies_say_so_and_why_first():

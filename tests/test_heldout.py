@@ -165,7 +165,13 @@ def test_heldout_entropy_is_taken_over_each_prompts_first_samples():
 def test_heldout_curve_chain_measures_against_hand_counts(monkeypatch):
     """On the columns task: correct chains, the flawed share of rewarded samples overall and per rule, from
     completions given by hand (sampling replaced)."""
+    import pathlib
+    import sys
+
     import datasets
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import testbeds  # noqa: F401  (registers the columns task)
 
     from trl_ada.tools import heldout_curve
     from trl_ada.tools.heldout_curve import GenerationCounter, HeldoutCurve

@@ -1,5 +1,6 @@
-"""What the wheel holds and does outside the checkout: recipes, accelerate configs, the warm toy models, py.typed, one
-version; and the built wheel, installed in a fresh venv, trains the toy recipe by name."""
+"""What the wheel holds and does outside the checkout: recipes, accelerate configs, the arithmetic toy task's warm
+model, py.typed, one version, and nothing of the research (under 3 MB); and the built wheel, installed in a fresh venv,
+trains the toy recipe by name."""
 
 import configparser
 import json
@@ -102,6 +103,13 @@ def test_the_wheel_holds_recipes_configs_the_warm_models_and_py_typed(wheel):
         for path in shipped.iterdir():
             assert f"trl_ada/{shipped.name}/{path.name}" in files
     assert not [name for name in files if name.startswith(("recipes/", "tests/", "benchmarks/"))]
+    # The research stays out: no superseded task (docs/moved.md), no testbed of the benchmarks or its warm model; one
+    # warm model in all, the arithmetic task's.
+    modules = {name.removesuffix(".py").replace("/", ".") for name in files if name.endswith(".py")}
+    gone = ("trl_ada.toy.rules", "trl_ada.toy.reasoning", "trl_ada.toy.columns")
+    assert not [m for m in modules if m.startswith(gone) or "testbeds" in m]
+    assert not [name for name in files if "columns" in name or "toy_warm_" in name]
+    assert [name for name in files if name.endswith(".safetensors")] == ["trl_ada/toy_warm/model.safetensors"]
     assert wheel.name.startswith(f"trl_ada-{trl_ada.__version__}-")
     metadata = zipfile.ZipFile(wheel).read(f"trl_ada-{trl_ada.__version__}.dist-info/METADATA").decode()
     assert f"\nVersion: {trl_ada.__version__}\n" in metadata
@@ -109,6 +117,14 @@ def test_the_wheel_holds_recipes_configs_the_warm_models_and_py_typed(wheel):
     assert "\nLicense: Apache-2.0\n" in metadata or "\nLicense-Expression: Apache-2.0\n" in metadata
     (license_file,) = [name for name in files if name.endswith("/LICENSE") and ".dist-info/" in name]
     assert zipfile.ZipFile(wheel).read(license_file) == (ROOT / "LICENSE").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_wheel_is_under_3_mb_built_and_installed(wheel):
+    """The wheel under 3 MB, and what it installs (its files unpacked) under 3 MiB: 2.1 MB of it is the arithmetic
+    task's warm model, which `make demo` starts from."""
+    installed = sum(info.file_size for info in zipfile.ZipFile(wheel).infolist())
+    assert wheel.stat().st_size < 3_000_000 and installed < 3 * 2**20, (wheel.stat().st_size, installed)
 
 
 @pytest.mark.slow

@@ -104,7 +104,7 @@ def test_prompt_differences_read_the_gaps_set_by_hand():
 def test_heldout_strata_checks_the_layout():
     report = {"settings": {"heldout_samples": SAMPLES}, "runs": [run(0, 1 / 32, 1 / 32)]}
     with pytest.MonkeyPatch.context() as patch:
-        import trl_ada.toy.columns.problems as problems
+        import testbeds.columns.problems as problems
 
         patch.setattr(problems, "RULES", {rule: None for rule in RULES})
         assert sf.heldout_strata(report) == STRATA

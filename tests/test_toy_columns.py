@@ -1,15 +1,20 @@
-"""The columns task (trl_ada/toy/columns.py): worked solutions against hand-worked column arithmetic, the chain
+"""The columns task (benchmarks/testbeds/columns): worked solutions against hand-worked column arithmetic, the chain
 checker's verdicts, the reward, the data's properties (answer prior, held-out overlap, fresh prompts) and the
 instrument's properties on hand-made counts. No model is trained here."""
 
+import pathlib
 import random
+import sys
 
 import pytest
 
-from trl_ada.toy import columns as C
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import testbeds.columns as C
+from testbeds.columns import curriculum as columns_warmup
+from testbeds.columns import problems
+
 from trl_ada.toy import toy_task
-from trl_ada.toy.columns import curriculum as columns_warmup
-from trl_ada.toy.columns import problems
 
 # --------------------------------------------------------------------------------------------------------------------
 # Solutions, worked by hand
@@ -256,3 +261,21 @@ def test_the_warmup_learns_nothing_of_the_shown_part(tmp_path):
     learned = [t for t in seen[0][0].tolist() if t != -100]
     # "#1037" and EOS: each character is one token.
     assert tokenizer.decode(learned[:-1]) == "#1037" and learned[-1] == tokenizer.eos_token_id
+
+
+def test_the_shipped_warm_model_is_the_one_the_results_were_measured_from(tmp_path):
+    """Seed 0's warm model lives next to the task, outside the package, bit for bit the file the committed columns
+    results started from (moved from trl_ada/toy_warm_columns, never saved again); other seeds keep their cache
+    folders' names, so a cache built before the move stays valid."""
+    import hashlib
+
+    from trl_ada.toy import toy_model_dir
+
+    assert toy_model_dir(task="columns") == str(C.SHIPPED_WARM_DIR)
+    assert C.SHIPPED_WARM_DIR == pathlib.Path(C.__file__).resolve().parent / "warm"
+    weights = (C.SHIPPED_WARM_DIR / "model.safetensors").read_bytes()
+    assert hashlib.sha256(weights).hexdigest() == "09f2d50bec1399ade99c4404902432042212922ebb3b8c0b5e35f5ad6369b25f"
+    built = tmp_path / "toy-columns-c1-seed3-warm"  # as an earlier build left it
+    built.mkdir()
+    (built / "toy_info.json").write_text("{}")
+    assert toy_model_dir(tmp_path, seed=3, task="columns") == str(built)

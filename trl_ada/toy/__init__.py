@@ -6,24 +6,26 @@ once the model is *partly* right. The point of the warm-up is a policy whose per
 (0, 1): prompts that are always or never solved give GRPO no gradient, so adaptive sampling has something to improve
 on.
 
-Three tasks are built in (:data:`TASKS`; :func:`toy_task` describes each, ``toy_model_dir(task=...)`` picks one):
-"arithmetic" (:mod:`trl_ada.toy.arithmetic`: ``47-8`` answered with one number, the default), "reasoning"
-(:mod:`trl_ada.toy.reasoning`: ``7+5-3+8`` worked one operation per line) and "rules" (:mod:`trl_ada.toy.rules`:
-``38%7 23%4``, rules marked in the prompt, the hard ones rarely seen in the warm-up; the learning benchmark's
-instrument, with a second setting, "rules-epochs", that revisits a fixed set). The modules:
+One task is built in (:data:`TASKS`; :func:`toy_task` describes it, ``toy_model_dir(task=...)`` picks one):
+"arithmetic" (:mod:`trl_ada.toy.arithmetic`: ``47-8`` answered with one number). The learning benchmark's instrument,
+the "columns" task, lives with the benchmarks in a checkout (``benchmarks/testbeds/columns``) and registers itself here
+(:func:`register_task`); the superseded "reasoning" and "rules" tasks left the package (``docs/moved.md`` names the
+commit that holds them). The modules:
 
 - :mod:`~trl_ada.toy.model`: the tokenizer and model every task shares;
 - :mod:`~trl_ada.toy.threads`: torch threads for the toy model (one);
+- :mod:`~trl_ada.toy.rewards`: the rewards read from a completion's text;
 - :mod:`~trl_ada.toy.sampling`: sampled completions, pass rates, accuracy and a start model's measured properties;
 - :mod:`~trl_ada.toy.warmup`: the supervised warm-up loop, run on a task's :class:`WarmupRecipe`;
-- :mod:`~trl_ada.toy.registry`: :class:`ToyTask` and the task names (:data:`TASK_FACTORIES`; a new task module is
-  registered there with one line);
+- :mod:`~trl_ada.toy.task`: :class:`ToyTask`, what a task is;
+- :mod:`~trl_ada.toy.registry`: the task names (:data:`TASK_FACTORIES`; a new task module is registered there with
+  one line, or from outside the package with :func:`register_task`);
 - :mod:`~trl_ada.toy.cache`: :func:`toy_model_dir`, the shipped warm models and the cached built ones.
 
-The warm model for seed 0 ships with the package for each task (``trl_ada/toy_warm``, 2.1 MB,
-``trl_ada/toy_warm_reasoning`` and ``trl_ada/toy_warm_rules``): where learning "clicks" during the warm-up depends on
-the last bits of every float operation, so the same code stops at a different step on another CPU (500 steps on one
-machine, 600 on another) and every number measured after it differs. Shipping the weights gives every machine the
+The warm model for seed 0 ships with each task (the arithmetic task's in the package, ``trl_ada/toy_warm``, 2.1 MB):
+where learning "clicks" during the warm-up depends on the last bits of every float operation, so the same code stops
+at a different step on another CPU (500 steps on one machine, 600 on another) and every number measured after it
+differs. Shipping the weights gives every machine the
 same start; ``toy_model_dir(prebuilt=False)`` rebuilds them (and other seeds are built) in a cache.
 
 Typical use::
@@ -53,7 +55,7 @@ from .model import (
     build_toy_model,
     build_toy_tokenizer,
 )
-from .registry import TASK_FACTORIES, TASKS, ToyTask, toy_task
+from .registry import TASK_FACTORIES, TASKS, ToyTask, register_task, toy_task
 from .sampling import (
     always_agree_token_share,
     per_prompt_pass_rates,
@@ -86,6 +88,7 @@ __all__ = [
     "make_arithmetic_dataset",
     "per_prompt_pass_rates",
     "problem_split",
+    "register_task",
     "sample_completions",
     "sample_properties",
     "sampled_accuracy",

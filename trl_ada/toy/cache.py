@@ -68,11 +68,10 @@ def toy_model_dir(
     ``warmup=False`` gives the untrained random model; ``warmup=True`` the task's supervised warm-up, which stops at
     the first check whose sampled held-out accuracy reaches the task's target (0.40 for "arithmetic"). For
     ``warmup=True, seed=0`` that is the folder shipped with the package (the task's ``shipped_dir``:
-    ``trl_ada/toy_warm`` for "arithmetic", ``trl_ada/toy_warm_reasoning`` for "reasoning"; read-only, the same on
-    every machine) unless ``prebuilt=False``.
+    ``trl_ada/toy_warm`` for "arithmetic"; read-only, the same on every machine) unless ``prebuilt=False``.
 
     Built folders live under ``cache_dir``, else ``$TRL_ADA_CACHE``, else ``~/.cache/trl_ada``, and are named after
-    the task's version, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``, ``toy-reasoning-r1-seed3-warm``).
+    the task's version, the seed and the warm-up flag (e.g. ``toy-v2-seed0-warm``, ``toy-columns-c1-seed3-warm``).
     A folder is written to a temporary sibling and renamed into place with the completion marker already inside, so
     concurrent processes and interrupted runs never see a half-written folder.
     """

@@ -1,62 +1,34 @@
-"""The built-in toy tasks: what each one is (:class:`ToyTask`) and where it is defined (:data:`TASK_FACTORIES`)."""
+"""The toy tasks by name: where each one is defined (:data:`TASK_FACTORIES`) and what it is (:func:`toy_task`, a
+:class:`ToyTask`)."""
 
 from __future__ import annotations
 
 import importlib
-import pathlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
-import datasets
-import transformers
+from .task import ToyTask
 
-
-@dataclass(frozen=True)
-class ToyTask:
-    """A built-in toy task: its reward, completion budget, warm-up, shipped warm model and benchmark datasets.
-
-    ``train_rows(rows, seed)`` gives a benchmark's ``rows`` training rows for a seed (the order the trainer sees them
-    in is TRL's seeded shuffle of these); ``heldout(n)`` the held-out prompts, the same for every seed and never
-    trained on. ``folder`` names the cached model folders (with the seed and warm/cold after it).
-    """
-
-    name: str
-    version: str
-    folder: str
-    reward: Callable[..., list[float]]
-    max_completion_length: int
-    warmup: Callable[[transformers.Qwen2ForCausalLM, transformers.PreTrainedTokenizerBase, int], dict]
-    target_accuracy: float
-    shipped_dir: pathlib.Path
-    train_rows: Callable[[int, int], datasets.Dataset]
-    heldout: Callable[[int], datasets.Dataset]
-    # What the learning benchmark measures of a start model beyond `sample_properties`: (model, tokenizer, prompts)
-    # -> a dict, for a task built as an instrument (the "rules" tasks); None for the others.
-    instrument: Callable[..., dict] | None = None
-    # When the warm-up stops, in words, for a task whose warm-up stops on more than `target_accuracy`.
-    warmup_stop: str | None = None
-    # (expressions, completion texts, completion ids) -> each sample's chain verdict ("correct" or its first error),
-    # for a task whose completions work a chain a checker can follow (the "columns" tasks); None for the others.
-    chain_verdicts: Callable[..., list[str]] | None = None
-
-
-# Task name -> "module:function": the module of this package that defines the task, and its function returning the
-# task's ToyTask. Imported on first use (a task module imports ToyTask from here). A new task is one more line.
+# Task name -> "module:function": the module that defines the task, and its function returning the task's ToyTask.
+# A module starting with "." is this package's (imported on first use; a task module imports ToyTask from .task). A
+# new built-in task is one more line; a task defined outside the package is added with `register_task`.
 TASK_FACTORIES: dict[str, str] = {
-    "arithmetic": "arithmetic:arithmetic_task",
-    "reasoning": "reasoning:reasoning_task",
-    "rules": "rules:rules_task",
-    "rules-epochs": "rules:rules_epochs_task",
-    "columns": "columns:columns_task",
-    "columns-epochs": "columns:columns_epochs_task",
+    "arithmetic": ".arithmetic:arithmetic_task",
 }
+# The built-in tasks. `TASK_FACTORIES` also holds the ones registered since (the benchmarks' columns task).
 TASKS = tuple(TASK_FACTORIES)
 
 
+def register_task(name: str, factory: str) -> None:
+    """Make ``toy_task(name)`` (and ``toy_model_dir(task=name)``) the task that ``factory`` ("module:function", an
+    importable module) returns. A checkout's ``benchmarks/testbeds`` registers the columns task this way."""
+    if TASK_FACTORIES.get(name, factory) != factory:
+        raise ValueError(f"toy task {name!r} is already registered as {TASK_FACTORIES[name]!r}")
+    TASK_FACTORIES[name] = factory
+
+
 def toy_task(name: str = "arithmetic") -> ToyTask:
-    """The built-in toy task ``name``, one of :data:`TASKS`: "arithmetic" (``47-8``, the default;
-    :mod:`trl_ada.toy.arithmetic`) or "reasoning" (``7+5-3+8``, worked step by step; :mod:`trl_ada.toy.reasoning`)."""
+    """The toy task ``name``: "arithmetic" (``47-8``, the default; :mod:`trl_ada.toy.arithmetic`), or one registered
+    with :func:`register_task`."""
     if name not in TASK_FACTORIES:
-        raise ValueError(f"unknown toy task {name!r}; expected one of {TASKS}")
+        raise ValueError(f"unknown toy task {name!r}; expected one of {tuple(TASK_FACTORIES)}")
     module, function = TASK_FACTORIES[name].split(":")
-    return getattr(importlib.import_module(f".{module}", __package__), function)()
+    return getattr(importlib.import_module(module, __package__), function)()
