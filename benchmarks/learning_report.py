@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from learning_catalog import BASELINE, PAIRINGS
+from learning_catalog import BASELINE, PAIRINGS, rename_report
 from learning_stats import (
     BOOTSTRAP_RESAMPLES,
     BUDGET_FRACTIONS,
@@ -37,10 +37,11 @@ from trl_ada.tools.heldout import PASS_AT_K
 
 
 def read_report(path: pathlib.Path) -> dict[str, Any]:
-    """A report's JSON, plain or gzipped (``.json.gz``: the chunks a combined report was made from, kept small)."""
+    """A report's JSON, plain or gzipped (``.json.gz``: the chunks a combined report was made from, kept small), with
+    every configuration under its current name (`learning_catalog.rename_report`): the files stay as written."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as file:
-        return json.load(file)
+        return rename_report(json.load(file))
 
 
 def runs_by_method(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     machine = machine_info()
     print(f"machine: {describe(machine)}", flush=True)
     clocks = {"Ada-balanced": SectionClock(), "GRPO n=4": SectionClock()}
-    keys = {"Ada-balanced": "ada-balanced", "GRPO n=4": "grpo-4"}
+    keys = {"Ada-balanced": "seq-balanced-8x4", "GRPO n=4": "grpo-4"}
     counts: dict[str, Counter] = {label: Counter() for label in clocks}
     for repeat in range(repeats):
         order = list(clocks) if repeat % 2 == 0 else list(reversed(clocks))  # AB BA AB...: drift hits both alike

@@ -282,14 +282,14 @@ README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
 # (the group a user runs today, the configuration) of each "When it pays" row, in order
 WHEN_IT_PAYS_ROWS = (
-    ("GRPO n=4", "recommended"),
-    ("GRPO n=4", "the memory baseline"),
-    ("GRPO n=4", "Ada-Est"),
-    ("GRPO n=4", "Seq-positive"),
-    ("GRPO n=4", "the paper's defaults"),
-    ("GRPO n=8", "Ada-Est"),
-    ("GRPO n=16", "Seq-positive"),
-    ("GRPO n=16", "the paper's defaults"),
+    ("`grpo-4`", "`seq-positive-4x2`"),
+    ("`grpo-4`", "`memory-2`"),
+    ("`grpo-4`", "`est-8`"),
+    ("`grpo-4`", "`seq-positive-8x4`"),
+    ("`grpo-4`", "`seq-balanced-8x4`"),
+    ("`grpo-8`", "`est-8`"),
+    ("`grpo-16`", "`seq-positive-8x4`"),
+    ("`grpo-16`", "`seq-balanced-8x4`"),
 )
 SKILL_VERDICTS = ROOT / "benchmarks" / "results" / "columns" / "skill_verdicts.json"
 
@@ -360,17 +360,14 @@ def test_the_when_it_pays_gpu_time_is_steps_times_the_h200_step_time():
     record = RESULTS / "gpu" / "h200-2026-11-28" / "step_time_05b.jsonl"
     runs = {run["run"]: run["median_step_s"] for run in map(json.loads, record.read_text().splitlines())}
     result = json.loads(SKILL_VERDICTS.read_text())
-    for name, key, run in (
-        ("recommended", "recommended", "ada-pos-4x2"),
-        ("the paper's defaults", "ada-balanced", "ada-bal-8x4"),
-    ):
+    for key, run in (("seq-positive-4x2", "ada-pos-4x2"), ("seq-balanced-8x4", "ada-bal-8x4")):
         found = next(
             r for r in result["comparisons"] if (r["method"], r["partner"], r["task"]) == (key, "grpo-4", "columns")
         )
         steps = [w["whole_run_ratios"]["steps_to_90"]["ratio"] for w in found["per_warm"].values()]
         time = runs[run] / runs["grpo-4"]
         mean_steps = sum(steps) / len(steps)
-        assert by_name["GRPO n=4", name][6] == f"{mean_steps * time:.2f}x = {mean_steps:.2f} x {time:.2f}"
+        assert by_name["`grpo-4`", f"`{key}`"][6] == f"{mean_steps * time:.2f}x = {mean_steps:.2f} x {time:.2f}"
     assert (
         f"{runs['ada-pos-4x2'] / runs['grpo-4']:.2f}" == "1.60"
         and f"{runs['ada-bal-8x4'] / runs['grpo-4']:.2f}" == "5.33"
@@ -387,18 +384,18 @@ def test_the_when_it_pays_configurations_are_the_catalog_s():
         "advantage_baseline": "memory",
         "pass_rate_decay": 0.7,
     }
-    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"]
-    assert "twice the prompts" in by_name["the memory baseline"]
+    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["`memory-2`"]
+    assert "twice the prompts" in by_name["`memory-2`"]
     assert learning_catalog().PROMPTS_FACTOR["memory-2"] == 2
-    assert "four passes" in by_name["Ada-Est"] and "`columns-epochs`" in by_name["Ada-Est"]
-    assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
+    assert "four passes" in by_name["`est-8`"] and "`columns-epochs`" in by_name["`est-8`"]
+    assert catalog_settings("seq-balanced-8x4") == {"num_generations": 4, "sampling_strategy": "balanced"}
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
-    assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
+    assert catalog_settings("seq-positive-8x4") == {"num_generations": 4, "sampling_strategy": "positive"}
     from trl_ada import ReinforceAdaConfig
 
     defaults = {f.name: f.default for f in fields(ReinforceAdaConfig)}
     assert (defaults["samples_per_round"], defaults["max_rounds"]) == (8, 4)
-    assert catalog_settings("ada-est")["samples_per_prompt_mean"] == 8
+    assert catalog_settings("est-8")["samples_per_prompt_mean"] == 8
     text = " ".join(README.read_text().split())
     assert "benchmarks/results/rules/README.md#the-claims-table-on-the-rules-task" in text
 
@@ -447,13 +444,13 @@ def catalog_settings(key: str) -> dict[str, object]:
     )
 
 
-def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_its_budget():
-    """The README's recommended snippet sets what `recommended` in benchmarks/learning_catalog.py trains, and nothing
+def test_the_efficient_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_its_budget():
+    """The README's `seq-positive-4x2` snippet sets what that key in benchmarks/learning_catalog.py trains, and nothing
     else (no prompt selection). With GRPOConfig's num_generations=8, a budget of samples_per_round x max_rounds =
     4 x 2 = 8 equals the group: every prompt would draw exactly 8, which is uniform sampling; the group must be 4."""
     text = section(README.read_text(), "Choosing a configuration")
     (snippet,) = [body for language, body in code_blocks(text) if "max_rounds=2" in body]
-    assert snippet_settings(snippet) == catalog_settings("recommended")
+    assert snippet_settings(snippet) == catalog_settings("seq-positive-4x2")
     assert snippet_settings(snippet) == {
         "num_generations": 4,
         "sampling_strategy": "positive",
@@ -464,9 +461,9 @@ def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_
     assert "uniform" in comment and "default 8" in comment
 
 
-@pytest.mark.parametrize(("marker", "key"), [('"estimate"', "ada-est"), ('advantage_baseline="memory"', "memory-2")])
+@pytest.mark.parametrize(("marker", "key"), [('"estimate"', "est-8"), ('advantage_baseline="memory"', "memory-2")])
 def test_a_configuration_snippet_is_the_configuration_the_benchmark_measured(marker, key):
-    """docs/configuration.md quotes Ada-Est's and the memory baseline's ten-seed numbers under their snippets: each
+    """docs/configuration.md quotes `est-8`'s and `memory-2`'s ten-seed numbers under their snippets: each
     snippet must set what `key` in benchmarks/learning_catalog.py trains with (group, strategy and every option), and
     nothing else."""
     text = section(CONFIGURATION.read_text(), "Choosing a configuration")
