@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for label in order:
             clock = clocks[label]
             grpo_class, ada_class = timed_trainers(clock)
-            trainer_class = ada_class if keys[label].startswith("ada") else grpo_class
+            trainer_class = grpo_class if keys[label].startswith("grpo") else ada_class
             with timed_internals(clock):
                 counts[label].update(measure(keys[label], model_dir, steps, args.seed + repeat, clock, trainer_class))
     total_steps = steps * repeats
