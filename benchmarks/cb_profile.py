@@ -15,9 +15,9 @@ probability 2 / max-tokens) or, with `--fixed`, to the limit. The methods, each 
   GRPOTrainer does with `use_transformers_continuous_batching=True`);
 - `backend, GRPO n=4`: the same rows submitted at once through trl-ada's `ContinuousBatchingBackend` (requests with
   `streaming=True`, read event by event), nothing aborted: the backend's own cost against `generate_batch`;
-- `rounds, Ada-balanced 8x4`: Reinforce-Ada under rounds (rounds of 8, at most 4), each round one `model.generate`
+- `rounds, seq-balanced-8x4`: Reinforce-Ada under rounds (rounds of 8, at most 4), each round one `model.generate`
   call over the active prompts' draws, scored with the same reward;
-- `streaming, Ada-balanced 8x4`: Reinforce-Ada's streaming schedule (`trl_ada.core.engine.sample`, posterior windows)
+- `streaming, seq-balanced-8x4`: Reinforce-Ada's streaming schedule (`trl_ada.core.engine.sample`, posterior windows)
   through the backend, scored with the pass-rate reward of `trl_ada.tools.sized_model`.
 
 Each continuous-batching run opens its own manager (as a training step does), with a cache sized by
@@ -119,7 +119,7 @@ class Bench:
         return sum(f.num_tokens for f in finished)
 
     def rounds(self) -> int:
-        """Ada-balanced 8x4 under rounds: each round one `model.generate` call over the active prompts' draws."""
+        """seq-balanced-8x4 under rounds: each round one `model.generate` call over the active prompts' draws."""
         completions: list[tuple[int, list[int]]] = []
 
         def generate(requests: list) -> list[int]:
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         "generate": bench.generate,
         "generate_batch": bench.generate_batch,
         "backend, GRPO n=4": bench.backend_grpo,
-        "rounds, Ada-balanced 8x4": bench.rounds,
-        "streaming, Ada-balanced 8x4": bench.streaming,
+        "rounds, seq-balanced-8x4": bench.rounds,
+        "streaming, seq-balanced-8x4": bench.streaming,
     }
     methods = {name: method for index, (name, method) in enumerate(methods.items()) if str(index) in args.methods}
     seconds: dict[str, list[float]] = {name: [] for name in methods}

@@ -5,6 +5,7 @@ summarises."""
 from __future__ import annotations
 
 import pathlib
+from dataclasses import replace
 from typing import Any
 
 from grid_stats import geometric_grid
@@ -50,21 +51,33 @@ CATALOG: dict[str, tuple[Any, float]] = {
         1,
     ),
     "dapo-4-select": (_method("DAPO n=4 + selection", 4, "uniform", **REFILL, **SELECT), 1.5),
-    "ada-positive": (_method("Ada-positive 8x4", 4, "positive"), 2),
-    "ada-balanced": (_method("Ada-balanced 8x4", 4, "balanced"), 3),
-    "ada-positive-posterior": (_method("Ada-positive posterior", 4, "positive", **POSTERIOR), 2),
-    "ada-balanced-posterior": (_method("Ada-balanced posterior", 4, "balanced", **POSTERIOR), 3),
-    "ada-positive-4x2": (_method("Ada-positive 4x2", 4, "positive", samples_per_round=4, max_rounds=2), 1.5),
-    "ada-positive-select": (_method("Ada-positive 8x4 + selection", 4, "positive", **SELECT), 2),
-    "ada-positive-refill": (_method("Ada-positive 8x4 + refill", 4, "positive", **REFILL), 2.5),
-    "ada-positive-4x2-select": (
-        _method("Ada-positive 4x2 + selection", 4, "positive", samples_per_round=4, max_rounds=2, **SELECT),
+    "seq-positive-8x4": (_method("Seq, exit rule positive, rounds of 8, at most 4", 4, "positive"), 2),
+    "seq-balanced-8x4": (
+        _method("Seq, exit rule balanced, rounds of 8, at most 4 (the paper's defaults)", 4, "balanced"),
+        3,
+    ),
+    "seq-positive-8x4-posterior": (
+        _method("seq-positive-8x4 with posterior-sized rounds", 4, "positive", **POSTERIOR),
+        2,
+    ),
+    "seq-balanced-8x4-posterior": (
+        _method("seq-balanced-8x4 with posterior-sized rounds", 4, "balanced", **POSTERIOR),
+        3,
+    ),
+    "seq-positive-4x2": (
+        _method("Seq, exit rule positive, rounds of 4, at most 2", 4, "positive", samples_per_round=4, max_rounds=2),
+        1.5,
+    ),
+    "seq-positive-8x4-select": (_method("seq-positive-8x4 + pass-rate selection", 4, "positive", **SELECT), 2),
+    "seq-positive-8x4-refill": (_method("seq-positive-8x4 + refill", 4, "positive", **REFILL), 2.5),
+    "seq-positive-4x2-select": (
+        _method("seq-positive-4x2 + pass-rate selection", 4, "positive", samples_per_round=4, max_rounds=2, **SELECT),
         1.5,
     ),
     # Streaming: no round barriers; a prompt stops on the first request-order prefix where its rule holds and its
     # requests still in flight are aborted (their tokens count as generated).
-    "ada-positive-stream": (_method("Ada-positive 8x4 streaming", 4, "positive", **STREAM), 4),
-    "ada-balanced-stream": (_method("Ada-balanced 8x4 streaming", 4, "balanced", **STREAM), 6),
+    "seq-positive-8x4-stream": (_method("seq-positive-8x4, streaming", 4, "positive", **STREAM), 4),
+    "seq-balanced-8x4-stream": (_method("seq-balanced-8x4, streaming", 4, "balanced", **STREAM), 6),
     # Pilot-then-commit: 2 completions per prompt first; a prompt whose pilot agrees stops there when its memory says
     # the other 2 of its group would very likely agree too (pilot_stop_threshold 0.8).
     "grpo-4-pilot": (_method("GRPO n=4 + pilot 2", 4, "uniform", **PILOT), 1),
@@ -129,24 +142,24 @@ CATALOG |= {
 EST = {"samples_per_prompt_mean": 8, "difficulty_weighting": "inv_sqrt_p"}
 WEIGHT = {"difficulty_weighting": "inv_sqrt_p"}
 CATALOG |= {
-    "ada-est": (_method("Ada-Est, 8/prompt, 1/sqrt(p) budgets and weights", 4, "estimate", **EST), 2),
-    "ada-est-noweight": (
-        _method("Ada-Est, 8/prompt, no weights", 4, "estimate", **{**EST, "difficulty_weighting": "none"}),
+    "est-8": (_method("Est, 8/prompt on average, 1/sqrt(p) budgets and weights", 4, "estimate", **EST), 2),
+    "est-8-noweight": (
+        _method("est-8 without weights", 4, "estimate", **{**EST, "difficulty_weighting": "none"}),
         2,
     ),
-    "ada-est-invp": (
-        _method("Ada-Est, 8/prompt, 1/p budgets", 4, "estimate", **EST, allocation_rule="inv_p"),
+    "est-8-invp": (
+        _method("est-8 with 1/p budgets", 4, "estimate", **EST, allocation_rule="inv_p"),
         2,
     ),
-    "ada-positive-weight": (_method("Ada-positive 8x4, 1/sqrt(p) weights", 4, "positive", **WEIGHT), 2),
-    "ada-balanced-weight": (_method("Ada-balanced 8x4, 1/sqrt(p) weights", 4, "balanced", **WEIGHT), 3),
+    "seq-positive-8x4-weight": (_method("seq-positive-8x4 + 1/sqrt(p) weights", 4, "positive", **WEIGHT), 2),
+    "seq-balanced-8x4-weight": (_method("seq-balanced-8x4 + 1/sqrt(p) weights", 4, "balanced", **WEIGHT), 3),
     "grpo-6": (_method("GRPO n=6", 6), 1.5),
     "grpo-10": (_method("GRPO n=10", 10), 2.5),
     "grpo-12": (_method("GRPO n=12", 12), 3),
-    # Seq-balanced's own mean samples per prompt on the rules task (25.7 over ten seeds; Seq-positive's, 15.6, is
-    # GRPO n=16's).
+    # seq-balanced-8x4's own mean samples per prompt on the rules task (25.7 over ten seeds; seq-positive-8x4's,
+    # 15.6, is GRPO n=16's).
     "grpo-26": (_method("GRPO n=26", 26), 6.5),
-    # Equal-inference partners on the columns task: GRPO at Seq-positive's and Seq-balanced's own mean samples per
+    # Equal-inference partners on the columns task: GRPO at seq-positive-8x4's and seq-balanced-8x4's mean samples per
     # prompt there (10.6-12.2 and 20.0 over ten seeds), so that a pairing reads the exit rule, not the extra samples.
     "grpo-11": (_method("GRPO n=11", 11), 2.75),
     "grpo-20": (_method("GRPO n=20", 20), 5),
@@ -162,32 +175,32 @@ EQUAL_STEPS = {
     "grpo-26",
     "grpo-11",
     "grpo-20",
-    "ada-positive",
-    "ada-balanced",
-    "ada-positive-weight",
-    "ada-balanced-weight",
-    "ada-positive-stream",
-    "ada-balanced-stream",
-    "ada-est",
-    "ada-est-noweight",
-    "ada-est-invp",
+    "seq-positive-8x4",
+    "seq-balanced-8x4",
+    "seq-positive-8x4-weight",
+    "seq-balanced-8x4-weight",
+    "seq-positive-8x4-stream",
+    "seq-balanced-8x4-stream",
+    "est-8",
+    "est-8-noweight",
+    "est-8-invp",
 }
 # The claims' own comparisons besides GRPO n=4 (benchmarks/README.md, "The paper's claims, one by one"): (method,
 # reference), each reported when both ran, in the same statistics with the reference in GRPO n=4's place. The paper
-# pairs Est with GRPO n=8 (the same mean samples per prompt) and Seq with GRPO n=16; Seq-balanced also meets GRPO at
-# its own mean samples per prompt. An ablation pairs a method with its variant without the part the paper's theory
+# pairs Est with GRPO n=8 (the same mean samples per prompt) and Seq with GRPO n=16; seq-balanced-8x4 also meets GRPO
+# at its own mean samples per prompt. An ablation pairs a method with its variant without the part the paper's theory
 # rests on (1/sqrt(p) weights; budgets in proportion to 1/sqrt(p)).
 PAIRINGS = (
-    ("ada-est", "grpo-8"),
-    ("ada-positive", "grpo-16"),
-    ("ada-balanced", "grpo-16"),
-    ("ada-balanced", "grpo-26"),
-    ("ada-positive", "grpo-11"),
-    ("ada-balanced", "grpo-20"),
-    ("ada-est", "ada-est-noweight"),
-    ("ada-est", "ada-est-invp"),
-    ("ada-positive-weight", "ada-positive"),
-    ("ada-balanced-weight", "ada-balanced"),
+    ("est-8", "grpo-8"),
+    ("seq-positive-8x4", "grpo-16"),
+    ("seq-balanced-8x4", "grpo-16"),
+    ("seq-balanced-8x4", "grpo-26"),
+    ("seq-positive-8x4", "grpo-11"),
+    ("seq-balanced-8x4", "grpo-20"),
+    ("est-8", "est-8-noweight"),
+    ("est-8", "est-8-invp"),
+    ("seq-positive-8x4-weight", "seq-positive-8x4"),
+    ("seq-balanced-8x4-weight", "seq-balanced-8x4"),
 )
 # Methods whose steps hold another number of prompts: key -> a multiple of --prompts-per-step. Their steps (and
 # evaluation interval) scale so that a run generates as many completions as the others'.
@@ -200,22 +213,84 @@ PROMPTS_FACTOR = {
     "grpo-4-narrow": 0.5,
 }
 ORACLE_SUBSETS = {"grpo-4-oracle-agree": "agree", "grpo-4-oracle-spt": "signal_per_token"}
-# The configuration the README recommends: Ada-positive in rounds of 4, at most 2. It carries only options measured
-# where they act: prompt selection, part of it on the rules task (`ada-positive-4x2-select`, under
-# this name in those reports), had nothing to act on over fresh prompts and lowered pass@32 over four passes, so it
-# was dropped.
-RECOMMENDED = "ada-positive-4x2"
-_recommended, _cost = CATALOG[RECOMMENDED]
-CATALOG["recommended"] = (
-    _method(f"recommended ({_recommended.label})", 4, _recommended.strategy, **dict(_recommended.options)),
-    _cost,
-)
+# The configuration the `efficient` recipes run (for users short of optimizer steps): seq-positive-4x2. It carries only
+# options measured where they act: prompt selection, part of it on the rules task (`seq-positive-4x2-select`), had
+# nothing to act on over fresh prompts and lowered pass@32 over four passes, so it was dropped.
+EFFICIENT = "seq-positive-4x2"
+# One name per configuration: its key. The label a report carries is the key itself; what the configuration does, in
+# words, is its description (docs/names.md lists both and the older names).
+DESCRIPTIONS: dict[str, str] = {key: method.label for key, (method, _) in CATALOG.items()}
+CATALOG = {key: (replace(method, label=key), cost) for key, (method, cost) in CATALOG.items()}
+# Retired keys -> their configuration's key. Applied where committed reports are read (`rename_report`) and where a
+# benchmark command names methods (`resolve_method`), so every earlier report and every command a study wrote still
+# reads and runs under the current names. `recommended` named other configurations before seq-positive-4x2 (the
+# reasoning task's pilot, the rules task's 4x2 with selection): a report's own label says which (`RECOMMENDED_LABELS`).
+RENAMED: dict[str, str] = {
+    "recommended": "seq-positive-4x2",
+    "ada-positive-4x2": "seq-positive-4x2",
+    "ada-positive-4x2-select": "seq-positive-4x2-select",
+    "ada-positive": "seq-positive-8x4",
+    "ada-balanced": "seq-balanced-8x4",
+    "ada-positive-posterior": "seq-positive-8x4-posterior",
+    "ada-balanced-posterior": "seq-balanced-8x4-posterior",
+    "ada-positive-select": "seq-positive-8x4-select",
+    "ada-positive-refill": "seq-positive-8x4-refill",
+    "ada-positive-stream": "seq-positive-8x4-stream",
+    "ada-balanced-stream": "seq-balanced-8x4-stream",
+    "ada-positive-weight": "seq-positive-8x4-weight",
+    "ada-balanced-weight": "seq-balanced-8x4-weight",
+    "ada-est": "est-8",
+    "ada-est-noweight": "est-8-noweight",
+    "ada-est-invp": "est-8-invp",
+}
+# The labels earlier reports gave `recommended`'s runs, and the configuration each named.
+RECOMMENDED_LABELS = {
+    "recommended (Ada-positive 4x2)": "seq-positive-4x2",
+    "recommended (Ada-positive 4x2 + selection)": "seq-positive-4x2-select",
+    "recommended (GRPO n=4 + pilot 2)": "grpo-4-pilot",
+}
+
+
+def resolve_method(key: str) -> str:
+    """A method named on a command line: its current key, saying so in one line when ``key`` is a retired one."""
+    if key in RENAMED:
+        print(f"renamed: {key} is now {RENAMED[key]}", flush=True)
+        return RENAMED[key]
+    return key
+
+
+def current_key(key: str, label: str | None = None) -> str:
+    """The current key of a configuration a report names ``key`` (with ``label``, the label it gave the run)."""
+    if key == "recommended" and label in RECOMMENDED_LABELS:
+        return RECOMMENDED_LABELS[label]
+    return RENAMED.get(key, key)
+
+
+def rename_report(report: Any) -> Any:
+    """A report (or any part of one) with every configuration under its current name: the runs', summary rows' and
+    pairings' ``key``/``method`` and ``reference``/``reference_method``, and dictionaries keyed by method (pairing
+    floors). Numbers, commands and paths are left as written. A key the catalog no longer holds keeps its label."""
+    if isinstance(report, list):
+        return [rename_report(item) for item in report]
+    if not isinstance(report, dict):
+        return report
+    out = {current_key(k) if k in RENAMED else k: rename_report(v) for k, v in report.items()}
+    for key_field, label_field in (("key", "method"), ("reference", "reference_method")):
+        key = report.get(key_field)
+        if isinstance(key, str) and (key in RENAMED or key in CATALOG):
+            new = current_key(key, report.get(label_field))
+            out[key_field] = new
+            if label_field in report and new in CATALOG:
+                out[label_field] = new
+    return out
+
+
 METHODS = tuple(CATALOG)
 BASELINE = "grpo-4"
 FULL = {"steps": 200, "eval_every": 10, "heldout": 256, "heldout_samples": 8}
 # The rules tasks are measured with 32 samples per held-out prompt (pass@32, and a quarter of the evaluation's own
 # sampling variance of 8), over longer runs: GRPO n=4 is still improving where they end (benchmarks/README.md). An
-# evaluation every 60 steps keeps ten seeds of GRPO n=4 against `recommended` within 90 minutes on 2 cores (70.1).
+# evaluation every 60 steps keeps ten seeds of GRPO n=4 against `seq-positive-4x2` within 90 minutes on 2 cores (70.1).
 TASK_FULL = {task: {"steps": 300, "eval_every": 60, "heldout_samples": 32} for task in ("columns", "columns-epochs")}
 QUICK = {"steps": 30, "eval_every": 10, "heldout": 128, "heldout_samples": 4}
 # GRPO n=4 at 2e-4 on the reasoning task (its first version's seed-0 model) dropped 11 points in its first 40 steps

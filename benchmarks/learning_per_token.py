@@ -1,7 +1,7 @@
 """Learning per generated token on the toy tasks, on CPU: GRPO at 4 to 26 samples, DAPO (refill), pass-rate prompt
 selection, the pilot, the memory baseline, and Reinforce-Ada (Seq positive/balanced in rounds or streaming, Est).
 
-    python benchmarks/learning_per_token.py --task columns --methods grpo-4 recommended  # the current instrument
+    python benchmarks/learning_per_token.py --task columns --methods grpo-4 seq-positive-4x2  # the current instrument
     python benchmarks/learning_per_token.py --task columns --warm-seed 1 --testbed-only  # another warm model's testbed
     python benchmarks/learning_per_token.py --combine a.json b.json --name all  # one table over reports' seeds
     python benchmarks/learning_per_token.py --combine a.json --drop-seeds 7 8 --name some  # rests on two seeds?
@@ -52,6 +52,7 @@ from learning_catalog import (
     RESULTS,
     TASK_FULL,
     grid_settings,
+    resolve_method,
 )
 from learning_grid_report import (
     grid_heldout_aa_floor,
@@ -160,9 +161,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--methods",
         nargs="+",
+        type=resolve_method,
         choices=METHODS,
-        help="methods to run (default: all but 'recommended', a second name, and the oracle subsets, bounds; with "
-        "--combine, every method in the reports)",
+        help="methods to run (default: all but the oracle subsets, bounds; with --combine, every method in the "
+        "reports); a retired name (learning_catalog.RENAMED) runs its configuration under its current name",
     )
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {FULL['steps']})")
     parser.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
@@ -254,7 +256,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.plot is None and args.output_dir is None:
         args.output_dir = RESULTS
     if args.methods is None and args.combine is None:
-        args.methods = [m for m in METHODS if m != "recommended" and m not in ORACLE_SUBSETS]
+        args.methods = [m for m in METHODS if m not in ORACLE_SUBSETS]
         if args.baseline_from is not None:
             args.methods.remove(BASELINE)
     return args

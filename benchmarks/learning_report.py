@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from learning_catalog import BASELINE, PAIRINGS
+from learning_catalog import BASELINE, PAIRINGS, rename_report
 from learning_stats import (
     BOOTSTRAP_RESAMPLES,
     BUDGET_FRACTIONS,
@@ -37,15 +37,17 @@ from trl_ada.tools.heldout import PASS_AT_K
 
 
 def read_report(path: pathlib.Path) -> dict[str, Any]:
-    """A report's JSON, plain or gzipped (``.json.gz``). The results keep a learning report's raw runs gzipped: a path
-    ``X.json`` that is not there reads ``X.json.gz``, so a command that names a report as it was written still runs."""
+    """A report's JSON, plain or gzipped (``.json.gz``), with every configuration under its current name
+    (`learning_catalog.rename_report`): the files stay as written. The results keep a learning report's raw runs
+    gzipped: a path ``X.json`` that is not there reads ``X.json.gz``, so a command that names a report as it was
+    written still runs."""
     path = pathlib.Path(path)
     gzipped = path.with_name(path.name + ".gz")
     if path.suffix == ".json" and not path.exists() and gzipped.exists():
         path = gzipped
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as file:
-        return json.load(file)
+        return rename_report(json.load(file))
 
 
 def runs_by_method(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -235,14 +235,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     machine = machine_info()
     print(f"machine: {describe(machine)}", flush=True)
     clocks = {"Ada-balanced": SectionClock(), "GRPO n=4": SectionClock()}
-    keys = {"Ada-balanced": "ada-balanced", "GRPO n=4": "grpo-4"}
+    keys = {"Ada-balanced": "seq-balanced-8x4", "GRPO n=4": "grpo-4"}
     counts: dict[str, Counter] = {label: Counter() for label in clocks}
     for repeat in range(repeats):
         order = list(clocks) if repeat % 2 == 0 else list(reversed(clocks))  # AB BA AB...: drift hits both alike
         for label in order:
             clock = clocks[label]
             grpo_class, ada_class = timed_trainers(clock)
-            trainer_class = ada_class if keys[label].startswith("ada") else grpo_class
+            trainer_class = grpo_class if keys[label].startswith("grpo") else ada_class
             with timed_internals(clock):
                 counts[label].update(measure(keys[label], model_dir, steps, args.seed + repeat, clock, trainer_class))
     total_steps = steps * repeats

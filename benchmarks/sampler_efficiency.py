@@ -61,7 +61,8 @@ def strategies_for(prior: tuple[float, float]) -> list[Strategy]:
             continue
         extra.append(Strategy(f"{strategy.name}, oracle prior", replace(schedule, prior=prior)))
         more_rounds = replace(schedule, samples_per_round=schedule.samples_per_round // 2, max_rounds=8)
-        extra.append(Strategy(strategy.name.replace("4 rounds", "8 rounds"), more_rounds))
+        shape = f"{schedule.samples_per_round}x{schedule.max_rounds}"  # the names of docs/names.md
+        extra.append(Strategy(strategy.name.replace(shape, f"{more_rounds.samples_per_round}x8"), more_rounds))
     # Keep each rule's rows together, the sequential limit last.
     ordered = []
     for strategy in strategies:
@@ -75,12 +76,10 @@ def strategies_for(prior: tuple[float, float]) -> list[Strategy]:
 def est_strategies() -> list[Strategy]:
     """GRPO and Seq references, then Est at two means and each allocation rule (group 4, per-prompt [4, 32])."""
     seq = [
-        Strategy("GRPO n=8", Schedule.from_strategy("uniform", 8)),
-        Strategy("GRPO n=16", Schedule.from_strategy("uniform", 16)),
-        Strategy("Ada balanced 8x4", Schedule.from_strategy("balanced", 4, 8, 4)),
-        Strategy(
-            "Ada balanced posterior, 4 rounds", Schedule.from_strategy("balanced", 4, 8, 4, round_sizing="posterior")
-        ),
+        Strategy("grpo-8", Schedule.from_strategy("uniform", 8)),
+        Strategy("grpo-16", Schedule.from_strategy("uniform", 16)),
+        Strategy("seq-balanced-8x4", Schedule.from_strategy("balanced", 4, 8, 4)),
+        Strategy("seq-balanced-8x4-posterior", Schedule.from_strategy("balanced", 4, 8, 4, round_sizing="posterior")),
     ]
     est = [Strategy.est(4, Estimate(mean, 4, 32, "inv_sqrt_p")) for mean in (8, 16)]
     est += [Strategy.est(4, Estimate(16, 4, 32, rule)) for rule in ("inv_p", "variance_optimal")]
@@ -120,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(outcomes))
     print("\nSamples per prompt / sequential limit (same prompts resolved), at most 4 generation calls:\n")
     rows = [
-        "Ada positive 8x4",
-        "Ada positive posterior, 4 rounds",
-        "Ada balanced 8x4",
-        "Ada balanced posterior, 4 rounds",
+        "seq-positive-8x4",
+        "seq-positive-8x4-posterior",
+        "seq-balanced-8x4",
+        "seq-balanced-8x4-posterior",
     ]
     print("| mix | " + " | ".join(rows) + " |")
     print("|---" * (len(rows) + 1) + "|")

@@ -37,9 +37,9 @@ REPORTS = (
 )
 # The pre-registered family: (id, method, partner, task, frame of its test). Measure: the skill.
 PRIMARY = (
-    ("P1", "recommended", BASELINE, "columns", "budget"),
-    ("P2", "ada-positive", "grpo-16", "columns", "whole"),
-    ("P3", "ada-balanced", "grpo-26", "columns", "whole"),
+    ("P1", "seq-positive-4x2", BASELINE, "columns", "budget"),
+    ("P2", "seq-positive-8x4", "grpo-16", "columns", "whole"),
+    ("P3", "seq-balanced-8x4", "grpo-26", "columns", "whole"),
     ("P4", "memory-2", BASELINE, "columns-epochs", "budget"),
 )
 # Comparisons read besides every method against GRPO n=4 and the catalog's pairings: the memory baseline's controls.

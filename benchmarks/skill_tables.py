@@ -17,20 +17,20 @@ from learning_catalog import BASELINE
 
 # (claim, method, partner, task, frame): one row each, in the order the table shows them.
 CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("up to 2x faster at the same inference: the paper's pairing", "ada-positive", "grpo-16", "columns", "whole"),
-    ("the same", "ada-balanced", "grpo-26", "columns", "whole"),
-    ("the same, at equal samples per prompt", "ada-positive", "grpo-11", "columns", "whole"),
-    ("the same, at equal samples per prompt", "ada-balanced", "grpo-20", "columns", "whole"),
-    ("the same, at equal samples per prompt", "ada-est", "grpo-8", "columns-epochs", "whole"),
-    ("better final performance", "recommended", BASELINE, "columns", "equal_steps"),
-    ("the same", "ada-positive", "grpo-16", "columns", "equal_steps"),
-    ("the same", "ada-balanced", "grpo-26", "columns", "equal_steps"),
-    ("the same", "ada-est", "grpo-8", "columns-epochs", "equal_steps"),
-    ("(ours) more skill per generated token than GRPO n=4", "recommended", BASELINE, "columns", "budget"),
+    ("up to 2x faster at the same inference: the paper's pairing", "seq-positive-8x4", "grpo-16", "columns", "whole"),
+    ("the same", "seq-balanced-8x4", "grpo-26", "columns", "whole"),
+    ("the same, at equal samples per prompt", "seq-positive-8x4", "grpo-11", "columns", "whole"),
+    ("the same, at equal samples per prompt", "seq-balanced-8x4", "grpo-20", "columns", "whole"),
+    ("the same, at equal samples per prompt", "est-8", "grpo-8", "columns-epochs", "whole"),
+    ("better final performance", "seq-positive-4x2", BASELINE, "columns", "equal_steps"),
+    ("the same", "seq-positive-8x4", "grpo-16", "columns", "equal_steps"),
+    ("the same", "seq-balanced-8x4", "grpo-26", "columns", "equal_steps"),
+    ("the same", "est-8", "grpo-8", "columns-epochs", "equal_steps"),
+    ("(ours) more skill per generated token than GRPO n=4", "seq-positive-4x2", BASELINE, "columns", "budget"),
     ("the same, where prompts recur", "memory-2", BASELINE, "columns-epochs", "budget"),
-    ("the same", "ada-est", BASELINE, "columns-epochs", "budget"),
-    ("the same", "ada-positive", BASELINE, "columns", "budget"),
-    ("the same", "ada-balanced", BASELINE, "columns", "budget"),
+    ("the same", "est-8", BASELINE, "columns-epochs", "budget"),
+    ("the same", "seq-positive-8x4", BASELINE, "columns", "budget"),
+    ("the same", "seq-balanced-8x4", BASELINE, "columns", "budget"),
     ("the same", "dapo-4", BASELINE, "columns-epochs", "budget"),
     ("the same", "grpo-4-select", BASELINE, "columns-epochs", "budget"),
     ("the same", "grpo-4-pilot", BASELINE, "columns-epochs", "budget"),
@@ -40,10 +40,10 @@ CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
     ("the memory baseline's controls", "memory-2", "grpo-2-wide", "columns-epochs", "budget"),
     ("the same", "memory-4", BASELINE, "columns-epochs", "budget"),
     ("the same", "grpo-2-wide", BASELINE, "columns-epochs", "budget"),
-    ("the theory's 1/sqrt(p) weights, on against off", "ada-est", "ada-est-noweight", "columns-epochs", "whole"),
-    ("the same", "ada-positive-weight", "ada-positive", "columns", "whole"),
-    ("the same", "ada-balanced-weight", "ada-balanced", "columns", "whole"),
-    ("Est's budgets by 1/sqrt(p) against the authors' 1/p", "ada-est", "ada-est-invp", "columns-epochs", "whole"),
+    ("the theory's 1/sqrt(p) weights, on against off", "est-8", "est-8-noweight", "columns-epochs", "whole"),
+    ("the same", "seq-positive-8x4-weight", "seq-positive-8x4", "columns", "whole"),
+    ("the same", "seq-balanced-8x4-weight", "seq-balanced-8x4", "columns", "whole"),
+    ("Est's budgets by 1/sqrt(p) against the authors' 1/p", "est-8", "est-8-invp", "columns-epochs", "whole"),
 )
 FRAME_WORDS = {
     "budget": "per token, [0, B]",
@@ -130,39 +130,34 @@ def claims_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# README's "When it pays": (the group a user runs today, the configuration, its name and what it is, task, frame of
-# the per-token column). The per-token frame is GRPO n=4's budget against GRPO n=4, else the whole runs.
+# README's "When it pays": (the group a user runs today, the configuration, task, frame of the per-token column), each
+# named by its catalog key. The per-token frame is GRPO n=4's budget against GRPO n=4, else the whole runs.
 WHEN_IT_PAYS: tuple[tuple[str, str, str, str], ...] = (
-    (BASELINE, "recommended", "columns", "budget"),
+    (BASELINE, "seq-positive-4x2", "columns", "budget"),
     (BASELINE, "memory-2", "columns-epochs", "budget"),
-    (BASELINE, "ada-est", "columns-epochs", "budget"),
-    (BASELINE, "ada-positive", "columns", "budget"),
-    (BASELINE, "ada-balanced", "columns", "budget"),
-    ("grpo-8", "ada-est", "columns-epochs", "whole"),
-    ("grpo-16", "ada-positive", "columns", "whole"),
-    ("grpo-16", "ada-balanced", "columns", "whole"),
+    (BASELINE, "est-8", "columns-epochs", "budget"),
+    (BASELINE, "seq-positive-8x4", "columns", "budget"),
+    (BASELINE, "seq-balanced-8x4", "columns", "budget"),
+    ("grpo-8", "est-8", "columns-epochs", "whole"),
+    ("grpo-16", "seq-positive-8x4", "columns", "whole"),
+    ("grpo-16", "seq-balanced-8x4", "columns", "whole"),
 )
-GROUPS = {BASELINE: "GRPO n=4", "grpo-8": "GRPO n=8", "grpo-16": "GRPO n=16"}
+# What each configuration is, after its name (its catalog key, docs/names.md) where it first appears.
 CONFIGURATIONS = {
-    "recommended": (
-        "recommended",
-        "Ada-positive in rounds of 4, at most 2 (a prompt stops at its first right answer)",
-    ),
+    "seq-positive-4x2": "Seq in rounds of 4, at most 2, exit rule positive (a prompt stops at its first right answer)",
     "memory-2": (
-        "the memory baseline",
         "groups of 2 over twice the prompts a step, each completion's advantage its reward minus its prompt's pass "
         'rate remembered from earlier visits (`advantage_baseline="memory"`, `pass_rate_decay=0.7`); measured where '
-        "prompts recur (`columns-epochs`, where GRPO n=4 visits each prompt 4 times and it 8 times)",
+        "prompts recur (`columns-epochs`, where GRPO n=4 visits each prompt 4 times and it 8 times)"
     ),
-    "ada-est": (
-        "Ada-Est",
-        "one generation call, 8 samples per prompt on average split by 1/sqrt(p) of each prompt's remembered pass "
-        "rate p, advantages weighted by 1/sqrt(p); measured over four passes (`columns-epochs`)",
+    "est-8": (
+        "Reinforce-Ada-Est: one generation call, 8 samples per prompt on average split by 1/sqrt(p) of each prompt's "
+        "remembered pass rate p, advantages weighted by 1/sqrt(p); measured over four passes (`columns-epochs`)"
     ),
-    "ada-positive": ("Seq-positive", "rounds of 8, at most 4 (a prompt stops at its first right answer)"),
-    "ada-balanced": (
-        "the paper's defaults",
-        "Seq-balanced in rounds of 8, at most 4 (a prompt stops once it has 2 right and 2 wrong answers)",
+    "seq-positive-8x4": "Seq in rounds of 8, at most 4, exit rule positive (a prompt stops at its first right answer)",
+    "seq-balanced-8x4": (
+        "the paper's defaults: Seq in rounds of 8, at most 4, exit rule balanced (a prompt stops once it has 2 right "
+        "and 2 wrong answers)"
     ),
 }
 
@@ -250,16 +245,15 @@ def when_it_pays_rows(result: dict[str, Any]) -> list[list[str]]:
     """README's "When it pays" rows: a configuration is named and defined where it first appears."""
     rows, defined = [], set()
     for partner, method, task, frame in WHEN_IT_PAYS:
-        name, what = CONFIGURATIONS[method]
-        label = f"**{name}**" if method in defined else f"**{name}**: {what}"
+        label = f"**`{method}`**" if method in defined else f"**`{method}`**: {CONFIGURATIONS[method]}"
         defined.add(method)
         found = _find(result, method, partner, task)
         if found is None:
-            rows.append([GROUPS[partner], label, "not run yet", "", "", "", "", ""])
+            rows.append([f"`{partner}`", label, "not run yet", "", "", "", "", ""])
             continue
         rows.append(
             [
-                GROUPS[partner],
+                f"`{partner}`",
                 label,
                 " / ".join(f"{mean_of(found, key):.1f}" for key in (partner, method)),
                 counted_cell(found, "skill", frame),

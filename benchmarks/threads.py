@@ -38,7 +38,7 @@ SETTINGS = {  # label -> (command after `python`, environment overrides)
         {"OMP_NUM_THREADS": "2"},
     ),
 }
-TIMES = re.compile(r"Training time: GRPO n=4 (\d+)s, Ada-\w+ (\d+)s; (\d+)s in all\.")
+TIMES = re.compile(r"Training time: (?:grpo-4|GRPO n=4) (\d+)s, (?:seq-[\w-]+|Ada-\w+) (\d+)s; (\d+)s in all\.")
 
 
 def run_setting(label: str, steps: int, busy: bool, scratch: str) -> dict[str, Any]:

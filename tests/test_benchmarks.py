@@ -31,7 +31,7 @@ def fake_run(key, seed, tokens, accuracies, seconds=None, zero_std=0.5):
     ]
     return {
         "key": key,
-        "method": key.upper(),
+        "method": key if key in learning_catalog.CATALOG else key.upper(),  # a catalog method's label is its key
         "seed": seed,
         "checkpoints": checkpoints,
         "samples_per_prompt": 4.0,
@@ -49,8 +49,8 @@ def test_summary_ratios_on_seed_averaged_curves():
         fake_run("grpo-4", 0, [0, 900, 1900], [0.40, 0.44, 0.52]),
         fake_run("grpo-4", 1, [0, 1100, 2100], [0.40, 0.46, 0.48]),
         # Averaged: tokens [0, 3000, 6000], accuracy [0.40, 0.60, 0.62] -> 0.50 halfway to 3000, i.e. 1500.
-        fake_run("ada-balanced", 0, [0, 3000, 6000], [0.40, 0.58, 0.60], zero_std=0.1),
-        fake_run("ada-balanced", 1, [0, 3000, 6000], [0.40, 0.62, 0.64], zero_std=0.2),
+        fake_run("seq-balanced-8x4", 0, [0, 3000, 6000], [0.40, 0.58, 0.60], zero_std=0.1),
+        fake_run("seq-balanced-8x4", 1, [0, 3000, 6000], [0.40, 0.62, 0.64], zero_std=0.2),
         # Never reaches 0.50.
         fake_run("grpo-16", 0, [0, 4000, 8000], [0.40, 0.42, 0.44]),
     ]
@@ -58,19 +58,19 @@ def test_summary_ratios_on_seed_averaged_curves():
     assert rows["grpo-4"]["target_accuracy"] == pytest.approx(0.50)
     assert rows["grpo-4"]["tokens_to_target"] == pytest.approx(2000)
     assert rows["grpo-4"]["tokens_ratio"] == pytest.approx(1.0)
-    assert rows["ada-balanced"]["tokens_to_target"] == pytest.approx(1500)
-    assert rows["ada-balanced"]["tokens_ratio"] == pytest.approx(0.75)
-    assert rows["ada-balanced"]["seconds_ratio"] == pytest.approx(0.75)  # seconds are tokens / 100 here
-    assert rows["ada-balanced"]["final_accuracy"] == pytest.approx(0.62)
-    assert rows["ada-balanced"]["final_accuracy_per_seed"] == [0.60, 0.64]
-    assert rows["ada-balanced"]["frac_zero_std"] == pytest.approx(0.15)
+    assert rows["seq-balanced-8x4"]["tokens_to_target"] == pytest.approx(1500)
+    assert rows["seq-balanced-8x4"]["tokens_ratio"] == pytest.approx(0.75)
+    assert rows["seq-balanced-8x4"]["seconds_ratio"] == pytest.approx(0.75)  # seconds are tokens / 100 here
+    assert rows["seq-balanced-8x4"]["final_accuracy"] == pytest.approx(0.62)
+    assert rows["seq-balanced-8x4"]["final_accuracy_per_seed"] == [0.60, 0.64]
+    assert rows["seq-balanced-8x4"]["frac_zero_std"] == pytest.approx(0.15)
     assert rows["grpo-16"]["tokens_to_target"] is None and rows["grpo-16"]["tokens_ratio"] is None
     # Seed by seed: GRPO n=4 crosses 0.50 at 900 + 0.06/0.08 * 1000 = 1650 (seed 0) and never (seed 1);
     # ada-balanced at 3000 * 0.10/0.18 and 3000 * 0.10/0.22.
     grpo_seeds = rows["grpo-4"]["tokens_to_target_per_seed"]
     assert grpo_seeds["values"] == [pytest.approx(1650), None] and grpo_seeds["missing"] == 1
     assert grpo_seeds["std"] is None
-    ada_seeds = rows["ada-balanced"]["tokens_to_target_per_seed"]
+    ada_seeds = rows["seq-balanced-8x4"]["tokens_to_target_per_seed"]
     first, second = 3000 * 0.10 / 0.18, 3000 * 0.10 / 0.22
     assert ada_seeds["mean"] == pytest.approx((first + second) / 2)
     assert ada_seeds["std"] == pytest.approx(abs(first - second) / 2**0.5)
@@ -109,7 +109,7 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
 
     def fake_run_all(seeds, methods, settings, jobs):
         trained.append(list(methods))
-        lift = {"grpo-4": 0.0, "ada-positive": 0.05}
+        lift = {"grpo-4": 0.0, "seq-positive-8x4": 0.05}
         return [
             fake_run(k, s, [0, 1000, 2000], [0.40, 0.50 + lift[k], 0.60 + 0.01 * s]) for k in methods for s in seeds
         ]
@@ -129,41 +129,41 @@ def test_baseline_from_reuses_an_earlier_reports_grpo_runs(tmp_path, monkeypatch
     common += ["--output-dir", str(tmp_path)]
     first = learning_per_token.main([*common, "--seeds", "0", "1", "2", "--methods", "grpo-4", "--name", "grpo"])
     reuse = [*common, "--baseline-from", str(tmp_path / "grpo.json")]
-    report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "ada-positive", "--name", "ada"])
-    assert trained == [["grpo-4"], ["ada-positive"]]  # GRPO n=4 trained once
+    report = learning_per_token.main([*reuse, "--seeds", "0", "1", "--methods", "seq-positive-8x4", "--name", "ada"])
+    assert trained == [["grpo-4"], ["seq-positive-8x4"]]  # GRPO n=4 trained once
     assert checked == [("grpo-4", [0, 1])]  # ... after checking that each of its seeds reproduces here
     # Same first seed, model and settings: the testbed is the earlier report's, not measured again.
     assert measured == [0] and report["testbed"]["from"] == str(tmp_path / "grpo.json")
     assert [(r["key"], r["seed"]) for r in report["runs"]] == [
         ("grpo-4", 0),
         ("grpo-4", 1),
-        ("ada-positive", 0),
-        ("ada-positive", 1),
+        ("seq-positive-8x4", 0),
+        ("seq-positive-8x4", 1),
     ]
     assert report["runs"][:2] == first["runs"][:2] and report["baseline_from"] == str(tmp_path / "grpo.json")
     # The method's last seed in a chunk of its own, then all three reports combined: the copies of GRPO n=4's runs
     # count once, and each combined entry still names the report its GRPO n=4 runs came from.
-    learning_per_token.main([*reuse, "--seeds", "2", "--methods", "ada-positive", "--name", "ada2"])
+    learning_per_token.main([*reuse, "--seeds", "2", "--methods", "seq-positive-8x4", "--name", "ada2"])
     paths = [str(tmp_path / f"{stem}.json") for stem in ("grpo", "ada", "ada2")]
     both = learning_per_token.main(["--combine", *paths, "--output-dir", str(tmp_path)])
     assert sorted((r["key"], r["seed"]) for r in both["runs"]) == [
-        ("ada-positive", 0),
-        ("ada-positive", 1),
-        ("ada-positive", 2),
         ("grpo-4", 0),
         ("grpo-4", 1),
         ("grpo-4", 2),
+        ("seq-positive-8x4", 0),
+        ("seq-positive-8x4", 1),
+        ("seq-positive-8x4", 2),
     ]
     assert "baseline_from" not in both["combined"][0]
     assert [c["baseline_from"] for c in both["combined"][1:]] == [str(tmp_path / "grpo.json")] * 2
     # The method is GRPO n=4's curve with 0.05 more at the middle checkpoint: a quarter of that in mean accuracy.
     assert report["summary"][1]["auc_delta"] == pytest.approx(0.025)
     with pytest.raises(SystemExit, match=r"settings differ in \['steps'\]"):
-        learning_per_token.main([*reuse, "--steps", "3", "--seeds", "0", "--methods", "ada-positive"])
+        learning_per_token.main([*reuse, "--steps", "3", "--seeds", "0", "--methods", "seq-positive-8x4"])
     with pytest.raises(SystemExit, match=r"no grpo-4 run of seeds \[3\]"):
-        learning_per_token.main([*reuse, "--seeds", "0", "3", "--methods", "ada-positive"])
+        learning_per_token.main([*reuse, "--seeds", "0", "3", "--methods", "seq-positive-8x4"])
     with pytest.raises(SystemExit, match="drop it from --methods"):
-        learning_per_token.main([*reuse, "--methods", "grpo-4", "ada-positive"])
+        learning_per_token.main([*reuse, "--methods", "grpo-4", "seq-positive-8x4"])
     # The shipped warm model's folder differs between clones; the same --warm-seed is the same model.
     moved = dict(first["settings"], model_dir="/elsewhere/toy_warm")
     assert learning_per_token.settings_differences(first["settings"], moved) == []
@@ -178,7 +178,7 @@ def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
         return fake_run("grpo-4", seed, [0, 1000, 2000], [0.40, 0.45, 0.50 + 0.02 * seed])
 
     def ada(seed):
-        return fake_run("ada-positive", seed, [0, 1000, 2000], [0.40, 0.40, 0.60])
+        return fake_run("seq-positive-8x4", seed, [0, 1000, 2000], [0.40, 0.40, 0.60])
 
     first = fake_report([0, 1], [grpo(0), grpo(1), ada(0), ada(1), fake_run("grpo-8", 0, [0, 1], [0.4, 0.5])])
     second = fake_report([2, 3], [ada(2), ada(3), grpo(2), grpo(3)])
@@ -186,13 +186,13 @@ def test_combine_reports_summarises_chunks_of_seeds_as_one_run(tmp_path):
     for i, report in enumerate((first, second)):
         paths.append(tmp_path / f"r{i}.json")
         paths[-1].write_text(json.dumps(report))
-    argv = ["--combine", *map(str, paths), "--methods", "grpo-4", "ada-positive"]
+    argv = ["--combine", *map(str, paths), "--methods", "grpo-4", "seq-positive-8x4"]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "all"])
     rows = {row["key"]: row for row in report["summary"]}
-    assert list(rows) == ["grpo-4", "ada-positive"]  # grpo-8 left out by --methods; the baseline first
+    assert list(rows) == ["grpo-4", "seq-positive-8x4"]  # grpo-8 left out by --methods; the baseline first
     assert rows["grpo-4"]["target_accuracy"] == pytest.approx(0.53)
-    assert rows["grpo-4"]["seeds"] == rows["ada-positive"]["seeds"] == [0, 1, 2, 3]
-    assert rows["ada-positive"]["tokens_to_target"] == pytest.approx(1000 + 0.13 / 0.20 * 1000)
+    assert rows["grpo-4"]["seeds"] == rows["seq-positive-8x4"]["seeds"] == [0, 1, 2, 3]
+    assert rows["seq-positive-8x4"]["tokens_to_target"] == pytest.approx(1000 + 0.13 / 0.20 * 1000)
     assert report["seeds"] == [0, 1, 2, 3] and report["elapsed_seconds"] == 120.0
     assert report["testbed"]["prompts"] == 8  # the first report's
     assert [c["seeds"] for c in report["combined"]] == [[0, 1], [2, 3]]
@@ -213,7 +213,7 @@ def test_combine_summarises_a_report_from_before_the_testbed_and_tasks_existed(t
     assert report["settings"]["task"] == "arithmetic" and report["settings"]["match_tokens"] is None
     assert [row["key"] for row in report["summary"]] == ["grpo-4", "dapo-4"]
     text = (tmp_path / "old.md").read_text()
-    assert "Testbed at the start" not in text and "| DAPO-4 | 2 |" in text
+    assert "Testbed at the start" not in text and "| dapo-4 | 2 |" in text
     assert "Summarised from 1 report." in text
 
 
@@ -231,8 +231,8 @@ def test_combine_reports_refuses_runs_that_do_not_pair():
         combine([fake_report([0], runs("grpo-4", [0])), fake_report([0], other)], None)
     # The same run twice, as a --baseline-from report carries GRPO n=4's runs of the report it names: kept once.
     chunk = fake_report([0], runs("grpo-4", [0]) + runs("dapo-4", [0]))
-    later = fake_report([0], runs("grpo-4", [0]) + runs("ada-est", [0]))
-    assert [run["key"] for run in combine([chunk, later], None)] == ["grpo-4", "dapo-4", "ada-est"]
+    later = fake_report([0], runs("grpo-4", [0]) + runs("est-8", [0]))
+    assert [run["key"] for run in combine([chunk, later], None)] == ["grpo-4", "dapo-4", "est-8"]
     with pytest.raises(SystemExit, match=r"dapo-4 ran seeds \[0\], grpo-4 \[0, 1\]"):
         combine([fake_report([0, 1], runs("grpo-4", [0, 1]) + runs("dapo-4", [0]))], None)
     with pytest.raises(SystemExit, match="no grpo-4 runs"):
@@ -255,7 +255,7 @@ def test_summary_leads_with_the_auc_delta_and_the_table_with_the_aa_floor():
     assert rows["better"]["comparison_token_budget"] == 2000 and rows["better"]["short_of_budget"] is False
     floor = learning_stats.aa_floor(base)
     table = learning_report.markdown_table(list(rows.values()), floor)
-    assert "| GRPO-4 | 4 | baseline |" in table
+    assert "| grpo-4 | 4 | baseline |" in table
     assert "| BETTER | 4 | +0.010 [+0.010, +0.010] | +0.010 [+0.010, +0.010] |" in table
     # Two seeds on each side: +0.02, 0 or -0.02 for the split that puts both high seeds on one side.
     assert "| *A/A floor: GRPO n=4 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in table
@@ -281,12 +281,12 @@ def test_the_papers_pairings_compare_each_method_with_its_own_reference():
     everything = [
         *runs("grpo-4", 0.0, (0, 500, 1000)),
         *runs("grpo-8", 0.0),
-        *runs("ada-est", 0.03),
-        *runs("ada-est-noweight", 0.02),
-        *runs("ada-positive", 0.05),
+        *runs("est-8", 0.03),
+        *runs("est-8-noweight", 0.02),
+        *runs("seq-positive-8x4", 0.05),
     ]
     rows, floors = learning_report.paired_comparisons(everything)
-    assert [(row["key"], row["reference"]) for row in rows] == [("ada-est", "grpo-8"), ("ada-est", "ada-est-noweight")]
+    assert [(row["key"], row["reference"]) for row in rows] == [("est-8", "grpo-8"), ("est-8", "est-8-noweight")]
     versus_grpo8, versus_noweight = rows
     assert versus_grpo8["comparison_token_budget"] == 2000 and versus_grpo8["seeds"] == [0, 1, 2, 3]
     assert versus_grpo8["auc_delta"] == pytest.approx(0.03)
@@ -294,13 +294,13 @@ def test_the_papers_pairings_compare_each_method_with_its_own_reference():
     assert versus_grpo8["acc_delta_equal_steps"] == pytest.approx(0.03)
     assert versus_noweight["auc_delta"] == pytest.approx(0.01)
     assert versus_noweight["acc_delta_at_50"] == pytest.approx(0.01)
-    assert set(floors) == {"grpo-8", "ada-est-noweight"}
+    assert set(floors) == {"grpo-8", "est-8-noweight"}
     assert floors["grpo-8"]["aa_floor"]["auc_delta"]["range"] == [pytest.approx(-0.02), pytest.approx(0.02)]
     assert floors["grpo-8"]["heldout_aa_floor"] is None  # no held-out samples given
     section = learning_report.pairings_section(rows, floors)
-    assert "Against GRPO-8 (`grpo-8`):" in section and "Against ADA-EST-NOWEIGHT (`ada-est-noweight`):" in section
-    assert "| ADA-EST | 4 | +0.030 [+0.030, +0.030] |" in section
-    assert "| *A/A floor: GRPO-8 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in section
+    assert "Against grpo-8 (`grpo-8`):" in section and "Against est-8-noweight (`est-8-noweight`):" in section
+    assert "| est-8 | 4 | +0.030 [+0.030, +0.030] |" in section
+    assert "| *A/A floor: grpo-8 against itself, 95% range* | 2 vs 2 | [-0.020, +0.020] |" in section
     assert learning_report.pairings_section([], {}) is None
 
 
@@ -371,7 +371,7 @@ def test_combine_drop_seeds_leaves_those_seeds_out_of_every_method(tmp_path, cap
         return fake_run("grpo-4", seed, [0, 1000, 2000], [0.40, 0.45, 0.50])
 
     def ada(seed):
-        return fake_run("ada-positive", seed, [0, 1000, 2000], [0.40, 0.45, 0.40 if seed == 3 else 0.60])
+        return fake_run("seq-positive-8x4", seed, [0, 1000, 2000], [0.40, 0.45, 0.40 if seed == 3 else 0.60])
 
     path = tmp_path / "r.json"
     path.write_text(json.dumps(fake_report([0, 1, 2, 3], [*map(grpo, range(4)), *map(ada, range(4))])))
@@ -382,8 +382,8 @@ def test_combine_drop_seeds_leaves_those_seeds_out_of_every_method(tmp_path, cap
         name: {row["key"]: row["final_accuracy"] for row in report["summary"]}
         for name, report in (("every", every), ("kept", kept))
     }
-    assert final["every"]["ada-positive"] - final["every"]["grpo-4"] == pytest.approx(0.05)
-    assert final["kept"]["ada-positive"] - final["kept"]["grpo-4"] == pytest.approx(0.10)
+    assert final["every"]["seq-positive-8x4"] - final["every"]["grpo-4"] == pytest.approx(0.05)
+    assert final["kept"]["seq-positive-8x4"] - final["kept"]["grpo-4"] == pytest.approx(0.10)
     assert kept["seeds"] == [0, 1, 2] and kept["dropped_seeds"] == [3] and "dropped_seeds" not in every
     assert all(row["seeds"] == [0, 1, 2] for row in kept["summary"])
     # Without --combine it would be ignored: refused.
@@ -463,11 +463,11 @@ def test_token_matched_summary_reads_every_curve_at_the_baselines_tokens():
 def test_method_steps_extends_all_but_the_baseline_to_whole_evaluation_intervals(tmp_path):
     settings = {"steps": 200, "eval_every": 10, "match_tokens": 1.37}
     assert learning_runs.method_steps(settings, "grpo-4") == 200
-    assert learning_runs.method_steps(settings, "recommended") == 280  # 274 rounded up to a multiple of 10
+    assert learning_runs.method_steps(settings, "seq-positive-4x2") == 280  # 274 rounded up to a multiple of 10
     # At least twice GRPO n=4's tokens a step: they pass its budget within its steps, so they train its steps.
-    for key in ("grpo-8", "grpo-16", "ada-balanced", "ada-est"):
+    for key in ("grpo-8", "grpo-16", "seq-balanced-8x4", "est-8"):
         assert learning_runs.method_steps(settings, key) == 200
-    assert learning_runs.method_steps({**settings, "match_tokens": None}, "recommended") == 200
+    assert learning_runs.method_steps({**settings, "match_tokens": None}, "seq-positive-4x2") == 200
     with pytest.raises(SystemExit, match="at least 1"):
         learning_per_token.main(["--match-tokens", "0.5"])
     with pytest.raises(SystemExit, match="give one"):
@@ -534,15 +534,17 @@ def test_a_methods_own_learning_rate_overrides_the_shared_one(tmp_path):
     assert config_of("grpo-4").learning_rate == config_of("memory-2").learning_rate == 1e-4
 
 
-def test_recommended_is_a_catalog_method_under_its_own_name():
-    recommended, _ = learning_catalog.CATALOG["recommended"]
-    source, _ = learning_catalog.CATALOG[learning_catalog.RECOMMENDED]
-    assert (recommended.num_generations, recommended.strategy, recommended.options) == (
-        source.num_generations,
-        source.strategy,
-        source.options,
-    )
-    assert "recommended" in learning_per_token.parse_args(["--methods", "grpo-4", "recommended"]).methods
+def test_a_retired_method_name_runs_its_configuration_under_its_current_name(capsys):
+    """Every command a study wrote still runs: a retired key (`learning_catalog.RENAMED`) is accepted, said once and
+    replaced by its configuration's current key."""
+    methods = learning_per_token.parse_args(["--methods", "grpo-4", "recommended", "ada-est-noweight"]).methods
+    assert methods == ["grpo-4", "seq-positive-4x2", "est-8-noweight"]
+    out = capsys.readouterr().out
+    assert "renamed: recommended is now seq-positive-4x2" in out
+    assert "renamed: ada-est-noweight is now est-8-noweight" in out
+    assert learning_catalog.EFFICIENT == "seq-positive-4x2"
+    with pytest.raises(SystemExit):
+        learning_per_token.parse_args(["--methods", "grpo-4", "no-such-method"])
 
 
 def test_grpo_methods_take_grpo_config_fields_and_train_with_grpo_trainer(tmp_path):
@@ -617,7 +619,7 @@ def test_training_rows_keep_whole_epochs_over_the_subset_in_the_seeds_order():
 
 def test_summary_needs_the_baseline():
     with pytest.raises(ValueError, match="grpo-4"):
-        learning_report.summarise([fake_run("ada-balanced", 0, [0, 10], [0.4, 0.5])])
+        learning_report.summarise([fake_run("seq-balanced-8x4", 0, [0, 10], [0.4, 0.5])])
 
 
 def test_section_clock_charges_nested_time_to_the_inner_section(monkeypatch):
@@ -671,7 +673,7 @@ def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, 
         return Recording
 
     runs = {}
-    for key, base in (("grpo-4", GRPOTrainer), ("grpo-16", GRPOTrainer), ("ada-balanced", ReinforceAdaTrainer)):
+    for key, base in (("grpo-4", GRPOTrainer), ("grpo-16", GRPOTrainer), ("seq-balanced-8x4", ReinforceAdaTrainer)):
         runs[key] = train_toy(
             key,
             toy_cold_dir,
@@ -699,14 +701,14 @@ def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, 
     assert runs["grpo-4"].generated.completions == steps * prompts_per_step * 4
     assert runs["grpo-16"].generated.completions == steps * prompts_per_step * 16
     # Ada: the logged samples per prompt, step by step, times the prompts of the step.
-    ada_logs = [row for row in trainers["ada-balanced"].state.log_history if "ada/samples_per_prompt" in row]
+    ada_logs = [row for row in trainers["seq-balanced-8x4"].state.log_history if "ada/samples_per_prompt" in row]
     assert len(ada_logs) == steps
     drawn = sum(row["ada/samples_per_prompt"] * prompts_per_step for row in ada_logs)
-    assert runs["ada-balanced"].generated.completions == pytest.approx(drawn)
-    assert runs["ada-balanced"].samples_per_prompt == pytest.approx(drawn / (steps * prompts_per_step))
+    assert runs["seq-balanced-8x4"].generated.completions == pytest.approx(drawn)
+    assert runs["seq-balanced-8x4"].samples_per_prompt == pytest.approx(drawn / (steps * prompts_per_step))
     # Same prompts at every step for every method.
     assert len(prompts_seen["grpo-4"]) == steps
-    assert prompts_seen["grpo-16"] == prompts_seen["grpo-4"] == prompts_seen["ada-balanced"]
+    assert prompts_seen["grpo-16"] == prompts_seen["grpo-4"] == prompts_seen["seq-balanced-8x4"]
     # shuffle=False (token-matched benchmark runs): the rows in their own order, so longer runs share the prefix.
     train_toy(
         "grpo-4",
@@ -729,17 +731,17 @@ def test_token_counter_and_prompts_agree_with_independent_records(toy_cold_dir, 
 @pytest.mark.slow
 def test_learning_per_token_tiny_run_writes_consistent_results(toy_cold_dir, tmp_path):
     argv = ["--steps", "2", "--eval-every", "1", "--heldout", "8", "--heldout-samples", "1", "--seeds", "0", "1"]
-    argv += ["--methods", "grpo-4", "ada-positive", "--jobs", "1", "--model-dir", str(toy_cold_dir)]
+    argv += ["--methods", "grpo-4", "seq-positive-8x4", "--jobs", "1", "--model-dir", str(toy_cold_dir)]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     saved = json.loads((tmp_path / "tiny.json").read_text())
     assert saved["summary"] == report["summary"]
     assert (tmp_path / "tiny.png").stat().st_size > 0
-    assert "| Ada-positive 8x4 |" in (tmp_path / "tiny.md").read_text()
+    assert "| seq-positive-8x4 |" in (tmp_path / "tiny.md").read_text()
     assert [(run["key"], run["seed"]) for run in saved["runs"]] == [
         ("grpo-4", 0),
         ("grpo-4", 1),
-        ("ada-positive", 0),
-        ("ada-positive", 1),
+        ("seq-positive-8x4", 0),
+        ("seq-positive-8x4", 1),
     ]
     for row in saved["summary"]:
         runs = [run for run in saved["runs"] if run["key"] == row["key"]]
@@ -805,7 +807,7 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
 
     cold = toy_model_dir(tmp_path / "cache", warmup=False, task="columns")
     argv = ["--task", "columns", "--steps", "3", "--heldout", "8", "--heldout-samples", "2", "--prompts-per-step", "2"]
-    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "recommended", "--jobs", "1"]
+    argv += ["--seeds", "0", "1", "2", "3", "--methods", "grpo-4", "seq-positive-4x2", "--jobs", "1"]
     argv += ["--model-dir", str(cold), "--no-heldout-entropy"]
     report = learning_per_token.main([*argv, "--output-dir", str(tmp_path), "--name", "tiny"])
     settings = report["settings"]
@@ -830,13 +832,13 @@ def test_columns_task_runs_on_one_grid_and_a_baseline_must_reproduce(tmp_path):
                for run in grpo)  # fmt: skip
     rows = {row["key"]: row for row in report["summary"]}
     assert set(rows["grpo-4"]["hard_chain_gain"]) == {"&", "~"}
-    assert "auc_delta" in rows["recommended"] and "steps_to_90_ratio_resolved" in rows["recommended"]
+    assert "auc_delta" in rows["seq-positive-4x2"] and "steps_to_90_ratio_resolved" in rows["seq-positive-4x2"]
     assert report["aa_floor"]["splits"] == 6  # C(4, 2) ordered pairs of halves
     assert report["testbed"]["instrument_samples_per_prompt"] == 128
     assert report["testbed"]["heldout_fact_overlap"] == 0.0
     assert "Correct-chain accuracy" in (tmp_path / "tiny.md").read_text()
     (skill,) = report["skill"]  # recommended against GRPO n=4, read on skill, retention and mix in every frame
-    assert (skill["method"], skill["partner"], skill["warm_models"]) == ("recommended", "grpo-4", [None])
+    assert (skill["method"], skill["partner"], skill["warm_models"]) == ("seq-positive-4x2", "grpo-4", [None])
     measures = skill["per_warm"]["None"]["measures"]
     assert sorted(measures) == ["mix", "retention", "skill"]
     assert all(sorted(measures[m]) == ["budget", "equal_steps", "whole"] for m in measures)
@@ -907,11 +909,11 @@ def test_the_claims_methods_build_the_papers_configurations():
     from trl_ada.tools.demo import _toy_config, _toy_settings
 
     expected = {  # key -> (trainer, strategy, weighting, allocation, group)
-        "ada-est": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_sqrt_p", 4),
-        "ada-est-noweight": ("ReinforceAdaTrainer", "estimate", "none", "inv_sqrt_p", 4),
-        "ada-est-invp": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_p", 4),
-        "ada-positive-weight": ("ReinforceAdaTrainer", "positive", "inv_sqrt_p", None, 4),
-        "ada-balanced-weight": ("ReinforceAdaTrainer", "balanced", "inv_sqrt_p", None, 4),
+        "est-8": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_sqrt_p", 4),
+        "est-8-noweight": ("ReinforceAdaTrainer", "estimate", "none", "inv_sqrt_p", 4),
+        "est-8-invp": ("ReinforceAdaTrainer", "estimate", "inv_sqrt_p", "inv_p", 4),
+        "seq-positive-8x4-weight": ("ReinforceAdaTrainer", "positive", "inv_sqrt_p", None, 4),
+        "seq-balanced-8x4-weight": ("ReinforceAdaTrainer", "balanced", "inv_sqrt_p", None, 4),
         "grpo-6": ("GRPOTrainer", None, None, None, 6),
         "grpo-10": ("GRPOTrainer", None, None, None, 10),
         "grpo-12": ("GRPOTrainer", None, None, None, 12),

@@ -22,11 +22,11 @@ def test_demo_compares_grpo_and_ada_from_the_same_start(tmp_path, capsys):
     flags = ["--steps", str(steps), "--prompts-per-step", str(prompts), "--heldout", "8", "--log-every", "1"]
     runs = main([*flags, "--no-warmup", *paths])
     out = capsys.readouterr().out
-    grpo, ada = runs["grpo-4"], runs["ada-balanced"]
+    grpo, ada = runs["grpo-4"], runs["seq-balanced-8x4"]
 
     # One line per logged step and method, then the side-by-side summary.
     training, summary = out.split("GRPO vs Reinforce-Ada")
-    for label in ("GRPO n=4", "Ada-balanced"):
+    for label in ("grpo-4", "seq-balanced-8x4"):
         lines = [line for line in training.splitlines() if line.strip().startswith(label) and "step" not in line]
         assert [int(line.split()[-6]) for line in lines] == list(range(1, steps + 1))
     assert f"{grpo.generated.completion_tokens:,}" in summary and f"{ada.generated.completion_tokens:,}" in summary
@@ -95,7 +95,7 @@ def test_demo_prints_the_same_twice_from_empty_caches(tmp_path):
     assert first == second
     assert len(summary_block(first)) == 8 and "3 steps x 8 prompts" in first
     assert first.splitlines()[-8:] == summary_block(first), "the summary is the last thing the demo prints"
-    assert first.count("GRPO n=4 ") >= 3 and first.count("Ada-balanced ") >= 3  # a line per step per method
+    assert first.count("grpo-4 ") >= 3 and first.count("seq-balanced-8x4 ") >= 3  # a line per step per method
 
 
 def test_python_m_demo_restarts_itself_pinned(tmp_path):

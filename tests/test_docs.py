@@ -282,14 +282,14 @@ README_MAX_LINES = 300
 FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table must end within these
 # (the group a user runs today, the configuration) of each "When it pays" row, in order
 WHEN_IT_PAYS_ROWS = (
-    ("GRPO n=4", "recommended"),
-    ("GRPO n=4", "the memory baseline"),
-    ("GRPO n=4", "Ada-Est"),
-    ("GRPO n=4", "Seq-positive"),
-    ("GRPO n=4", "the paper's defaults"),
-    ("GRPO n=8", "Ada-Est"),
-    ("GRPO n=16", "Seq-positive"),
-    ("GRPO n=16", "the paper's defaults"),
+    ("`grpo-4`", "`seq-positive-4x2`"),
+    ("`grpo-4`", "`memory-2`"),
+    ("`grpo-4`", "`est-8`"),
+    ("`grpo-4`", "`seq-positive-8x4`"),
+    ("`grpo-4`", "`seq-balanced-8x4`"),
+    ("`grpo-8`", "`est-8`"),
+    ("`grpo-16`", "`seq-positive-8x4`"),
+    ("`grpo-16`", "`seq-balanced-8x4`"),
 )
 SKILL_VERDICTS = ROOT / "benchmarks" / "results" / "columns" / "skill_verdicts.json"
 
@@ -357,10 +357,10 @@ def test_the_when_it_pays_and_claims_tables_are_the_skill_reports_own():
 
 def test_a_projected_gpu_time_is_recomputed_from_the_report_by_hand():
     """One GPU-time ratio of skill_verdicts.json recomputed here from the raw report, without the benchmark code:
-    `recommended` against GRPO n=4 on the shipped warm model, latency-bound (the H200 fit): each checkpoint's seconds
-    from the documented formula (calls spread evenly over steps, completions from the tokens, 16 prompts x 4 trained
-    a step, 256 tokens each), the seeds' mean skill curve (the hard rules' mean) on the checkpoints' seconds, the first
-    crossing of 90% of GRPO n=4's gain, the method's seconds over GRPO n=4's."""
+    `seq-positive-4x2` against `grpo-4` on the shipped warm model, latency-bound (the H200 fit): each checkpoint's
+    seconds from the documented formula (calls spread evenly over steps, completions from the tokens, 16 prompts x 4
+    trained a step, 256 tokens each), the seeds' mean skill curve (the hard rules' mean) on the checkpoints' seconds,
+    the first crossing of 90% of `grpo-4`'s gain, the method's seconds over `grpo-4`'s."""
     import gzip
 
     import numpy as np
@@ -394,14 +394,14 @@ def test_a_projected_gpu_time_is_recomputed_from_the_report_by_hand():
         return axis[i - 1] + (target - ys[i - 1]) / (ys[i] - ys[i - 1]) * (axis[i] - axis[i - 1])
 
     base_axis, base = curve("grpo-4")
-    axis, mine = curve("recommended")
+    axis, mine = curve("recommended")  # the file's own key: seq-positive-4x2's older name
     target = base[0] + 0.9 * (base[-1] - base[0])
     expected = first_crossing(axis, mine, target) / first_crossing(base_axis, base, target)
     result = json.loads(SKILL_VERDICTS.read_text())
     found = next(
         r
         for r in result["comparisons"]
-        if (r["method"], r["partner"], r["task"]) == ("recommended", "grpo-4", "columns")
+        if (r["method"], r["partner"], r["task"]) == ("seq-positive-4x2", "grpo-4", "columns")
     )
     recorded = found["per_warm"]["0"]["gpu"]["latency:0.5b"]["ratios"]["gpu_to_90"]["ratio"]
     assert recorded == pytest.approx(expected, rel=1e-9)
@@ -418,18 +418,18 @@ def test_the_when_it_pays_configurations_are_the_catalog_s():
         "advantage_baseline": "memory",
         "pass_rate_decay": 0.7,
     }
-    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["the memory baseline"]
-    assert "twice the prompts" in by_name["the memory baseline"]
+    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["`memory-2`"]
+    assert "twice the prompts" in by_name["`memory-2`"]
     assert learning_catalog().PROMPTS_FACTOR["memory-2"] == 2
-    assert "four passes" in by_name["Ada-Est"] and "`columns-epochs`" in by_name["Ada-Est"]
-    assert catalog_settings("ada-balanced") == {"num_generations": 4, "sampling_strategy": "balanced"}
+    assert "four passes" in by_name["`est-8`"] and "`columns-epochs`" in by_name["`est-8`"]
+    assert catalog_settings("seq-balanced-8x4") == {"num_generations": 4, "sampling_strategy": "balanced"}
     # The paper's rounds (8, at most 4) are the config's defaults, so the catalog entry sets only the exit rule.
-    assert catalog_settings("ada-positive") == {"num_generations": 4, "sampling_strategy": "positive"}
+    assert catalog_settings("seq-positive-8x4") == {"num_generations": 4, "sampling_strategy": "positive"}
     from trl_ada import ReinforceAdaConfig
 
     defaults = {f.name: f.default for f in fields(ReinforceAdaConfig)}
     assert (defaults["samples_per_round"], defaults["max_rounds"]) == (8, 4)
-    assert catalog_settings("ada-est")["samples_per_prompt_mean"] == 8
+    assert catalog_settings("est-8")["samples_per_prompt_mean"] == 8
     text = " ".join(README.read_text().split())
     assert "benchmarks/results/rules/README.md#the-claims-table-on-the-rules-task" in text
 
@@ -478,13 +478,13 @@ def catalog_settings(key: str) -> dict[str, object]:
     )
 
 
-def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_its_budget():
-    """The README's recommended snippet sets what `recommended` in benchmarks/learning_catalog.py trains, and nothing
+def test_the_efficient_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_its_budget():
+    """The README's `seq-positive-4x2` snippet sets what that key in benchmarks/learning_catalog.py trains, and nothing
     else (no prompt selection). With GRPOConfig's num_generations=8, a budget of samples_per_round x max_rounds =
     4 x 2 = 8 equals the group: every prompt would draw exactly 8, which is uniform sampling; the group must be 4."""
     text = section(README.read_text(), "Choosing a configuration")
     (snippet,) = [body for language, body in code_blocks(text) if "max_rounds=2" in body]
-    assert snippet_settings(snippet) == catalog_settings("recommended")
+    assert snippet_settings(snippet) == catalog_settings("seq-positive-4x2")
     assert snippet_settings(snippet) == {
         "num_generations": 4,
         "sampling_strategy": "positive",
@@ -495,9 +495,9 @@ def test_the_recommended_snippet_is_the_catalog_s_and_sets_a_group_smaller_than_
     assert "uniform" in comment and "default 8" in comment
 
 
-@pytest.mark.parametrize(("marker", "key"), [('"estimate"', "ada-est"), ('advantage_baseline="memory"', "memory-2")])
+@pytest.mark.parametrize(("marker", "key"), [('"estimate"', "est-8"), ('advantage_baseline="memory"', "memory-2")])
 def test_a_configuration_snippet_is_the_configuration_the_benchmark_measured(marker, key):
-    """docs/configuration.md quotes Ada-Est's and the memory baseline's ten-seed numbers under their snippets: each
+    """docs/configuration.md quotes `est-8`'s and `memory-2`'s ten-seed numbers under their snippets: each
     snippet must set what `key` in benchmarks/learning_catalog.py trains with (group, strategy and every option), and
     nothing else."""
     text = section(CONFIGURATION.read_text(), "Choosing a configuration")

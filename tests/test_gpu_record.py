@@ -72,10 +72,10 @@ def test_the_step_time_table_is_its_json_lines():
         if len(cells) == 6 and cells[1] in ("`model.generate`", "continuous batching")
     }
     expected = {
-        ("GRPO n=4", "`model.generate`"): "grpo-4",
-        ("Ada-balanced, rounds of 8, at most 4 (the paper's defaults)", "`model.generate`"): "ada-bal-8x4",
-        ("Ada-positive, rounds of 4, at most 2", "`model.generate`"): "ada-pos-4x2",
-        ("GRPO n=4", "continuous batching"): "cb-grpo-4",
+        ("`grpo-4`", "`model.generate`"): "grpo-4",
+        ("`seq-balanced-8x4` (rounds of 8, at most 4: the paper's defaults)", "`model.generate`"): "ada-bal-8x4",
+        ("`seq-positive-4x2` (rounds of 4, at most 2)", "`model.generate`"): "ada-pos-4x2",
+        ("`grpo-4`", "continuous batching"): "cb-grpo-4",
     }
     for key, run in expected.items():
         _, _, seconds, ratio, samples, peak = rows[key]
@@ -85,7 +85,7 @@ def test_the_step_time_table_is_its_json_lines():
         assert data["median_step_s"] == pytest.approx(statistics.median(data["step_seconds"][1:]), abs=1e-3)
         assert ratio == f"{RATIO[run]:.2f}" and samples == f"{data['samples_per_prompt']:.2f}"
         assert peak == f"{data['peak_mib']:,}"
-    streaming = rows['Ada-balanced 8x4, `rollout_schedule="streaming"`', "continuous batching"]
+    streaming = rows['`seq-balanced-8x4`, `rollout_schedule="streaming"`', "continuous batching"]
     assert "did not finish" in streaming[2] and not any("stream" in run for run in STEP_TIME)
 
 

@@ -109,12 +109,12 @@ def test_arguments_and_what_this_machine_cannot_run(monkeypatch, capsys):
     monkeypatch.setattr(transformers, "__version__", "5.7.0")
     monkeypatch.setitem(__import__("sys").modules, "peft", None)
     runs, notes = plan(parse_args(["--lengths", "fixed"]))
-    expected = ["grpo-4", "recommended", "paper", "grpo-16", "one-round", "posterior", "grpo-8"]
+    expected = ["grpo-4", "seq-positive-4x2", "seq-balanced-8x4", "grpo-16", "one-round", "posterior", "grpo-8"]
     assert [run.key for run, _ in runs] == expected
     assert notes == [
-        "recommended + LoRA r=16 (fixed): peft is not installed",
-        "Ada-balanced 8x4, streaming (fixed, continuous batching): transformers 5.7.0 < 5.8.0",
-        "GRPO n=4 (fixed, continuous batching): transformers 5.7.0 < 5.8.0",
+        "seq-positive-4x2 + LoRA r=16 (fixed): peft is not installed",
+        "seq-balanced-8x4, streaming (fixed, continuous batching): transformers 5.7.0 < 5.8.0",
+        "grpo-4 (fixed, continuous batching): transformers 5.7.0 < 5.8.0",
     ]
 
 
@@ -123,9 +123,9 @@ def row(key, lengths, seconds, setup=3.0):
 
 
 def test_the_budget_estimate_is_grpo_n4s_step_times_the_runs_factor_plus_setup():
-    assert estimate(RUNS["paper"], "fixed", [], steps=2) is None  # nothing measured: run GRPO n=4 first
-    rows = [row("grpo-4", "fixed", 10.0, setup=5.0), row("recommended", "fixed", 16.0, setup=7.0)]
-    assert estimate(RUNS["paper"], "fixed", rows, steps=2) == pytest.approx(2 * 10.0 * 5.3 + 7.0)
+    assert estimate(RUNS["seq-balanced-8x4"], "fixed", [], steps=2) is None  # nothing measured: run GRPO n=4 first
+    rows = [row("grpo-4", "fixed", 10.0, setup=5.0), row("seq-positive-4x2", "fixed", 16.0, setup=7.0)]
+    assert estimate(RUNS["seq-balanced-8x4"], "fixed", rows, steps=2) == pytest.approx(2 * 10.0 * 5.3 + 7.0)
     assert estimate(RUNS["grpo-16"], "varied", rows, steps=3) == pytest.approx(3 * 10.0 * 2.0 + 7.0)  # other lengths
     rows.append(row("grpo-4", "varied", 8.0))
     assert estimate(RUNS["grpo-16"], "varied", rows, steps=3) == pytest.approx(3 * 8.0 * 2.0 + 7.0)
@@ -138,11 +138,12 @@ def test_a_budget_that_runs_out_skips_the_rest_with_their_estimates(capsys):
         gpu_step_time.main([*TINY, "--runs", "grpo-4,paper", "--lengths", "fixed", "--budget-seconds", "0.001"]) == 0
     )
     lines = capsys.readouterr().out.splitlines()
+    assert "renamed: paper is now seq-balanced-8x4" in lines  # an earlier record's name still runs
     rows = [m for m in map(ROW.match, lines) if m]
-    assert [(m["label"].strip(), m["steps"]) for m in rows] == [("GRPO n=4", "1*")]
+    assert [(m["label"].strip(), m["steps"]) for m in rows] == [("grpo-4", "1*")]
     assert "  *: stopped early, at the budget" in lines
     assert re.search(
-        r"^  skipped: paper: Ada-balanced 8x4 \(fixed, generate\): estimated \d+ s, 0 s left$", "\n".join(lines), re.M
+        r"^  skipped: seq-balanced-8x4 \(fixed, generate\): estimated \d+ s, 0 s left$", "\n".join(lines), re.M
     )
 
 
@@ -150,7 +151,7 @@ def test_a_budget_that_runs_out_skips_the_rest_with_their_estimates(capsys):
 def test_cpu_dry_run_prints_a_table_that_matches_its_json(tmp_path, capsys):
     """Five configurations, each at both lengths, two steps on the tiny shape: each one's samples, generation calls
     and lengths are what its settings imply, and every printed number is its JSON twin's."""
-    runs = "grpo-4,recommended,one-round,streaming,lora"
+    runs = "grpo-4,seq-positive-4x2,one-round,streaming,lora"
     path = tmp_path / "table.json"
     assert gpu_step_time.main([*TINY, "--steps", "2", "--runs", runs, "--json", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -177,7 +178,7 @@ def test_cpu_dry_run_prints_a_table_that_matches_its_json(tmp_path, capsys):
     for lengths in ("fixed", "varied"):
         assert calls["grpo-4", lengths] == calls["one-round", lengths] == 1.0
         assert samples["grpo-4", lengths] == 4.0 and samples["one-round", lengths] == 16.0
-        for key in ("recommended", "lora"):  # rounds of 4, at most 2
+        for key in ("seq-positive-4x2", "lora"):  # rounds of 4, at most 2
             assert 1.0 <= calls[key, lengths] <= 2.0 and 4.0 <= samples[key, lengths] <= 8.0
         assert calls["streaming", lengths] == 1.0  # one engine session a step
         assert 4.0 <= samples["streaming", lengths] <= 32.0

@@ -44,8 +44,8 @@ ESTIMATE_FIELDS = {
     "max_difficulty_weight",
 }
 RUN_NAME_FIELDS = {"output_dir", "logging_dir", "run_name"}
-# The catalog method the `efficient` recipes set: the sampling fields of `recommended`.
-EFFICIENT_METHOD = "recommended"
+# The catalog method the `efficient` recipes set: the sampling fields of `seq-positive-4x2`.
+EFFICIENT_METHOD = "seq-positive-4x2"
 
 
 def rel(path: Path) -> str:
@@ -137,10 +137,10 @@ def test_methods_of_one_model_and_prompt_set_differ_only_in_sampling(group):
         estimate = flat(recipes["estimate"])
         assert differing_keys(estimate, balanced) <= SAMPLING_FIELDS | ESTIMATE_FIELDS
         assert estimate["sampling_strategy"] == "estimate" and estimate["scale_rewards"] == "none"
-    if "efficient" in recipes:  # the README's recommended configuration, on the same run
+    if "efficient" in recipes:  # seq-positive-4x2, on the same run
         efficient = flat(recipes["efficient"])
         assert differing_keys(efficient, positive) == {"samples_per_round", "max_rounds"}
-        # Ada-positive 4x2 as benchmarks/learning_per_token.py measured it, and no option beyond it: prompt selection
+        # seq-positive-4x2 as benchmarks/learning_per_token.py measured it, and no option beyond it: prompt selection
         # was measured only where prompts recur (four passes), where it lowered pass@32.
         measured = learning_catalog.CATALOG[EFFICIENT_METHOD][0]
         assert efficient["sampling_strategy"] == measured.strategy
@@ -156,7 +156,7 @@ def test_easy_and_hard_prompt_sets_differ_only_in_data(model, method):
     assert "-easy/" in easy["dataset_name"] and "-hard/" in hard["dataset_name"]
 
 
-ONE_GPU = RECIPES_DIR / "lora-1gpu.yaml"  # Seq-balance on the hard prompts
+ONE_GPU = RECIPES_DIR / "lora-1gpu.yaml"  # seq-balanced-8x4 on the hard prompts
 ONE_GPU_EFFICIENT = {
     "easy": RECIPES_DIR / "lora-1gpu-efficient.yaml",
     "hard": RECIPES_DIR / "lora-1gpu-hard-efficient.yaml",
@@ -176,7 +176,7 @@ def test_one_gpu_efficient_recipes_are_lora_1gpu_with_the_recommended_sampling(p
     }
     paper_data = flat(RECIPES_DIR / "qwen2.5-math-1.5b" / f"{prompt_set}-balanced.yaml")["dataset_name"]
     assert efficient["dataset_name"] == paper_data and efficient["use_peft"]
-    # Ada-positive 4x2, as measured and as the 8-GPU efficient recipe sets it, and no option beyond it
+    # seq-positive-4x2, as measured and as the 8-GPU efficient recipe sets it, and no option beyond it
     measured = learning_catalog.CATALOG[EFFICIENT_METHOD][0]
     assert efficient["sampling_strategy"] == measured.strategy
     assert {key: efficient[key] for key in dict(measured.options)} == dict(measured.options)
@@ -208,10 +208,10 @@ def test_every_recipe_writes_to_its_own_output_dir():
 
 # The step-time table's columns, as the paper names its methods, and the sampling each one's recipe must set.
 STEP_TIME_METHODS = {
-    "GRPO": ("uniform", None),
-    "Seq-pos": ("positive", (8, 4)),  # the paper's rounds: 8 per round, at most 4
-    "Seq-balance": ("balanced", (8, 4)),
-    "Est": ("estimate", None),
+    "`grpo-4`": ("uniform", None),
+    "`seq-positive-8x4`": ("positive", (8, 4)),  # the paper's rounds: 8 per round, at most 4
+    "`seq-balanced-8x4`": ("balanced", (8, 4)),
+    "`est-8`": ("estimate", None),
 }
 
 

@@ -145,7 +145,7 @@ def test_command_prints_the_table_and_plots(tmp_path, capsys):
     args = ["--pass-rates", "beta:0.5,4", "--prompts", "256", "--batch-size", "64", "--grpo", "4", "--plot", str(png)]
     assert main(args) == 0
     out = capsys.readouterr().out
-    for row in ["GRPO n=4", "DAPO n=4", "Ada balanced 8x4", "Ada positive posterior", "sequential limit (balanced)"]:
+    for row in ["grpo-4", "dapo-4", "seq-balanced-8x4", "seq-positive-8x4-posterior", "sequential limit (balanced)"]:
         assert row in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["--pass-rates", "beta:x"]) == 2

@@ -65,7 +65,7 @@ def test_est_rows_in_the_defaults_and_the_command(capsys):
     args = ["--prompts", "128", "--batch-size", "64", "--grpo", "4", "--dapo-batches", "0", "--rules", "positive"]
     assert main([*args, "--estimate", "8", "--epochs", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Ada Est inv_sqrt_p, mean 8 in [4, 32]" in out and "128 prompts x 2 epochs" in out
+    assert "est-8 in [4, 32]" in out and "128 prompts x 2 epochs" in out
     with pytest.raises(ValueError, match="min_samples <= mean"):
         Estimate(40, 4, 32)
     with pytest.raises(ValueError, match="below the group size"):
@@ -80,15 +80,15 @@ def test_default_est_rows_follow_the_round_flags(capsys):
     """A budget of 4 x 2 = 8 holds the default mean 8 but not 16: the run goes on without it, and says so."""
     assert main([*QUICK, "--samples-per-round", "4", "--max-rounds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Ada Est inv_sqrt_p, mean 8 in [4, 8]" in out and "mean 16 in" not in out
+    assert "est-8 in [4, 8]" in out and "est-16 in" not in out
     (note,) = [line for line in out.splitlines() if "left out" in line]
     assert "16" in note and "--estimate" in note and "--max-rounds" in note
     assert main(QUICK) == 0  # the default budget, 8 x 4 = 32, holds both, and nothing is left out
     out = capsys.readouterr().out
-    assert "mean 8 in [4, 32]" in out and "mean 16 in [4, 32]" in out and "left out" not in out
+    assert "est-8 in [4, 32]" in out and "est-16 in [4, 32]" in out and "left out" not in out
     assert main([*QUICK, "--estimate"]) == 0  # a bare --estimate: no Est row, no note
     out = capsys.readouterr().out
-    assert "Ada Est" not in out and "left out" not in out
+    assert "est-" not in out and "left out" not in out
 
 
 @pytest.mark.parametrize(

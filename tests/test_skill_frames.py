@@ -150,7 +150,7 @@ def noisy_run(seed, hard, easy, offset):
 
 
 def synthetic_report(warm, gain, seeds=6):
-    """A columns report of GRPO n=4 and `recommended` on one warm model: the method gains ``gain`` more skill per
+    """A columns report of GRPO n=4 and `seq-positive-4x2` on one warm model: the method gains ``gain`` more skill per
     step and loses as much retention, seed by seed with noise."""
     rng = random.Random(warm)
     runs = []
@@ -160,7 +160,7 @@ def synthetic_report(warm, gain, seeds=6):
             {"key": "grpo-4", "method": "GRPO n=4", "samples_per_prompt": 4.0, **noisy_run(s, 1 / 64, 0, offset)}
         )
         runs.append(
-            {"key": "recommended", "method": "rec", "samples_per_prompt": 4.9}
+            {"key": "seq-positive-4x2", "method": "seq-positive-4x2", "samples_per_prompt": 4.9}
             | noisy_run(s, 1 / 64 + gain, gain, offset + rng.choice([0, 1]) / SAMPLES)
         )
     settings = {"task": "columns", "warm_seed": warm, "heldout_samples": SAMPLES, "token_grid": TOKEN_GRID}
@@ -168,7 +168,7 @@ def synthetic_report(warm, gain, seeds=6):
 
 
 def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path, monkeypatch):
-    """Three warm models on which `recommended` learns the skill faster and forgets the easy rules faster, by the
+    """Three warm models on which `seq-positive-4x2` learns the skill faster and forgets the easy rules faster, by the
     same margin: P1 reads ahead on the skill and behind on retention, pooled over the three and after Holm; the
     comparisons not run are listed as such."""
     import json
@@ -195,7 +195,7 @@ def test_the_skill_report_pools_warm_models_and_corrects_the_family(tmp_path, mo
         halves = skill["P1"]["per_warm"][warm]["estimate"] + retention["P1"]["per_warm"][warm]["estimate"]
         assert mix["P1"]["per_warm"][warm]["estimate"] == pytest.approx(halves / 2)
     assert {skill[i]["verdict"] for i in ("P2", "P3", "P4")} == {"not run"}
-    assert "| P1 | recommended vs grpo-4 (columns, budget) |" in (tmp_path / "verdicts.md").read_text()
+    assert "| P1 | seq-positive-4x2 vs grpo-4 (columns, budget) |" in (tmp_path / "verdicts.md").read_text()
     level = tmp_path / "level.json"
     level.write_text(json.dumps(synthetic_report(0, 0.0)))
     skill_report.main(["--reports", str(level), "--output", str(tmp_path / "one")])

@@ -145,7 +145,7 @@ def test_paper_samples_are_what_the_simulator_gives_for_the_paper_fit_mix():
     strategies = default_strategies(4, 8, 4, (), 0, ("fixed",), ("positive", "balanced"))
     strategies = [s for s in strategies if not s.is_sequential_limit]
     outcomes = simulate(PassRates.beta(0.3372, 0.2984), strategies, 8192, 512, seed=1)
-    by_rule = {o.strategy.split()[1]: o for o in outcomes}
+    by_rule = {o.strategy.split("-")[1]: o for o in outcomes}  # seq-positive-8x4, seq-balanced-8x4
     for rule, samples in PAPER_SAMPLES.items():
         assert by_rule[rule].samples_per_prompt == pytest.approx(samples, abs=0.35)
         assert by_rule[rule].rounds == pytest.approx(4.0, abs=0.01)  # the Seq records' four calls
@@ -224,11 +224,11 @@ def test_simulate_prints_step_times_that_match_the_fitted_parameters(capsys):
             cells = table[strategy.name]
             ratio = seconds(outcome.rounds, 32 * outcome.samples_per_prompt, 32 * strategy.schedule.group_size) / grpo
             assert float(cells[4]) == pytest.approx(ratio, abs=0.006)
-            spread = 0.0 if strategy.name == "GRPO n=4" else fitted.max_ratio_loo_error
+            spread = 0.0 if strategy.name == "grpo-4" else fitted.max_ratio_loo_error
             low, high = (float(x) for x in cells[5].split("-"))
             assert (low, high) == pytest.approx((ratio * (1 - spread), ratio * (1 + spread)), abs=0.006)
             printed += 1
-        assert printed == 5  # GRPO n=4 and n=8, Ada positive and balanced 8x4, Est mean 8
+        assert printed == 5  # grpo-4 and grpo-8, seq-positive-8x4 and seq-balanced-8x4, est-8
 
 
 def test_simulate_without_model_shape_prints_no_step_times(capsys):
@@ -256,9 +256,9 @@ def test_the_extrapolation_flag_follows_the_records_range(capsys):
     base += ["--rules", "--estimate", "--completion-length", "256"]
     assert simulate_main([*base, "--model-shape", "0.5b"]) == 0
     h200 = rows_of(capsys.readouterr().out.split("projected from ")[1])
-    assert h200["GRPO n=4"][-1] == "-" and math.isclose(float(h200["GRPO n=4"][4]), 1.0)
+    assert h200["grpo-4"][-1] == "-" and math.isclose(float(h200["grpo-4"][4]), 1.0)
     assert simulate_main([*base, "--model-shape", "7b"]) == 0
-    assert rows_of(capsys.readouterr().out.split("projected from ")[1])["GRPO n=4"][-1] == "parameters"
+    assert rows_of(capsys.readouterr().out.split("projected from ")[1])["grpo-4"][-1] == "parameters"
 
 
 def test_the_doc_s_fit_table_is_the_command_s_output(capsys):

@@ -65,11 +65,11 @@ class ToyMethod:
 
 
 METHODS: dict[str, ToyMethod] = {
-    "grpo-4": ToyMethod("GRPO n=4", 4),
-    "grpo-16": ToyMethod("GRPO n=16", 16),
-    "ada-positive": ToyMethod("Ada-positive", 4, "positive"),
-    "ada-balanced": ToyMethod("Ada-balanced", 4, "balanced"),
-}
+    "grpo-4": ToyMethod("grpo-4", 4),
+    "grpo-16": ToyMethod("grpo-16", 16),
+    "seq-positive-8x4": ToyMethod("seq-positive-8x4", 4, "positive"),
+    "seq-balanced-8x4": ToyMethod("seq-balanced-8x4", 4, "balanced"),
+}  # each named by its key in benchmarks/learning_catalog.py (docs/names.md)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -418,9 +418,9 @@ def _run(args: argparse.Namespace) -> dict[str, ToyRun]:
     print(f"toy model: {model_dir}", flush=True)
 
     runs = {}
-    for key in ("grpo-4", f"ada-{args.strategy}"):
+    for key in ("grpo-4", f"seq-{args.strategy}-{args.samples_per_round}x{args.max_rounds}"):
         runs[key] = train_toy(
-            key,
+            METHODS.get(key) or ToyMethod(key, 4, args.strategy),
             model_dir,
             train,
             heldout,

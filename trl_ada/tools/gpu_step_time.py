@@ -3,11 +3,13 @@
 Builds a model of a real model's shape with random weights (Qwen2.5-0.5B's by default, `--model qwen2.5-1.5b`) and a
 word-level tokenizer, locally (`trl_ada.tools.sized_model`), and trains each configuration a GPU user would compare for
 a few optimizer steps on random prompts with a pass-rate reward whose per-prompt pass rate is U-shaped: GRPO n=4, 8 and
-16; `recommended` (Ada-positive, rounds of 4, at most 2, no prompt selection); the paper's defaults (Ada-balanced,
-rounds of 8, at most 4); two posterior-sized rounds of up to 16; one round of 16 downsampled to the group (one
-generation call); streaming through transformers' continuous batching, with GRPO n=4 through the same engine beside it;
-and `recommended` with LoRA. Each runs with completions at a fixed length (every one to the limit) and at varied
-lengths (each token ends the completion with probability 2 / `--max-tokens`). It prints seconds a step (the median of
+16; `seq-positive-4x2` (exit rule positive, rounds of 4, at most 2, no prompt selection); `seq-balanced-8x4` (exit
+rule balanced, rounds of 8, at most 4: the paper's defaults); two posterior-sized rounds of up to 16; one round of 16
+downsampled to the group (one generation call); streaming through transformers' continuous batching, with GRPO n=4
+through the same engine beside it; and `seq-positive-4x2` with LoRA. Rows are named by the benchmark catalog's keys
+(docs/names.md) where the configuration is one of its; `--runs` still takes the names earlier records used
+(`RENAMED`). Each runs with completions at a fixed length (every one to the limit) and at varied lengths (each token
+ends the completion with probability 2 / `--max-tokens`). It prints seconds a step (the median of
 the steps after the first, which pays for CUDA's start-up), the ratio to GRPO n=4 with the same lengths, samples a
 prompt, generation calls a step, mean completion length and peak GPU memory.
 
@@ -70,32 +72,32 @@ class Run:
 RUNS = {
     run.key: run
     for run in (
-        Run("grpo-4", "GRPO n=4", grpo=4),
-        Run("grpo-8", "GRPO n=8", grpo=8),
-        Run("grpo-16", "GRPO n=16", grpo=16),
+        Run("grpo-4", "grpo-4", grpo=4),
+        Run("grpo-8", "grpo-8", grpo=8),
+        Run("grpo-16", "grpo-16", grpo=16),
         Run(
-            "recommended",
-            "recommended: Ada-positive 4x2",
+            "seq-positive-4x2",
+            "seq-positive-4x2",
             ada=dict(sampling_strategy="positive", samples_per_round=4, max_rounds=2),
         ),
         Run(
-            "paper",
-            "paper: Ada-balanced 8x4",
+            "seq-balanced-8x4",
+            "seq-balanced-8x4",
             ada=dict(sampling_strategy="balanced", samples_per_round=8, max_rounds=4),
         ),
         Run(
             "posterior",
-            "Ada-balanced, posterior 16x2",
+            "seq-balanced, posterior 16x2",
             ada=dict(sampling_strategy="balanced", samples_per_round=16, max_rounds=2, round_sizing="posterior"),
         ),
         Run(
             "one-round",
-            "Ada-balanced, one round of 16",
+            "seq-balanced, one round of 16",
             ada=dict(sampling_strategy="balanced", samples_per_round=16, max_rounds=1),
         ),
         Run(
             "streaming",
-            "Ada-balanced 8x4, streaming",
+            "seq-balanced-8x4, streaming",
             ada=dict(
                 sampling_strategy="balanced",
                 samples_per_round=8,
@@ -105,10 +107,10 @@ RUNS = {
             ),
             engine="cb",
         ),
-        Run("grpo-4-cb", "GRPO n=4", grpo=4, engine="cb"),
+        Run("grpo-4-cb", "grpo-4", grpo=4, engine="cb"),
         Run(
             "lora",
-            "recommended + LoRA r=16",
+            "seq-positive-4x2 + LoRA r=16",
             ada=dict(sampling_strategy="positive", samples_per_round=4, max_rounds=2),
             lora=True,
         ),
@@ -116,8 +118,8 @@ RUNS = {
 }
 # Run order: the comparisons a GPU user needs first, then the rest while the budget lasts.
 PLAN = [
-    ("grpo-4", "fixed"), ("recommended", "fixed"), ("paper", "fixed"),
-    ("grpo-4", "varied"), ("recommended", "varied"), ("paper", "varied"),
+    ("grpo-4", "fixed"), ("seq-positive-4x2", "fixed"), ("seq-balanced-8x4", "fixed"),
+    ("grpo-4", "varied"), ("seq-positive-4x2", "varied"), ("seq-balanced-8x4", "varied"),
     ("grpo-16", "fixed"), ("one-round", "fixed"), ("posterior", "fixed"),
     ("streaming", "varied"), ("grpo-4-cb", "varied"),
     ("grpo-8", "fixed"), ("lora", "fixed"),
@@ -128,9 +130,12 @@ PLAN = [
 # at 0.5B (benchmarks/results/gpu), 2.54 for GRPO n=4 through continuous batching, 7 for streaming (it did not
 # finish 3 steps in about 200 s there); the others from their rows and calls.
 ESTIMATE = {
-    "grpo-4": 1.0, "grpo-8": 1.3, "grpo-16": 2.0, "recommended": 1.6, "paper": 5.3, "posterior": 3.5,
+    "grpo-4": 1.0, "grpo-8": 1.3, "grpo-16": 2.0, "seq-positive-4x2": 1.6, "seq-balanced-8x4": 5.3,
+    "posterior": 3.5,
     "one-round": 2.0, "streaming": 7.0, "grpo-4-cb": 2.5, "lora": 1.6,
 }  # fmt: skip
+# The run names earlier records and commands used -> the current ones.
+RENAMED = {"recommended": "seq-positive-4x2", "paper": "seq-balanced-8x4"}
 
 
 @dataclass
@@ -172,7 +177,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results to PATH as JSON")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    args.runs = comma_choices(parser, "--runs", args.runs, list(RUNS))
+    names = [name.strip() for name in args.runs.split(",")]
+    for name in names:
+        if name in RENAMED:
+            print(f"renamed: {name} is now {RENAMED[name]}", flush=True)
+    args.runs = comma_choices(parser, "--runs", ",".join(RENAMED.get(name, name) for name in names), list(RUNS))
     args.lengths = comma_choices(parser, "--lengths", args.lengths, LENGTHS)
     resolve_dtype(parser, args)
     return args

@@ -369,7 +369,7 @@ def step_times(strategies: Sequence[Strategy], outcomes: Sequence[Outcome], args
     ]
     header = (
         f"Step time: a model of {parameters / 1e9:.3g}B parameters, {prompts} prompts a step (--batch-size), "
-        f"completions of {length} tokens; against GRPO n={group} (--group-size)"
+        f"completions of {length} tokens; against grpo-{group} (--group-size)"
     )
     sections = [header]
     for record_set in RECORD_SETS.values():

@@ -95,7 +95,7 @@ def format_step_times(fit: Fit, baseline: Projection, rows: Sequence[tuple[str, 
     return "\n".join(lines)
 
 
-_MARKERS = {"GRPO": "o", "DAPO": "s", "Ada positive": "^", "Ada balanced": "v", "Ada Est": "D", "sequential": "*"}
+_MARKERS = {"grpo-": "o", "dapo-": "s", "seq-positive": "^", "seq-balanced": "v", "est-": "D", "sequential": "*"}
 
 
 def draw(ax, outcomes: Sequence[Outcome], title: str = "") -> None:

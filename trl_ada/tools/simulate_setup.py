@@ -145,10 +145,8 @@ class Strategy:
                 f"Est's min_samples={estimate.min_samples} is below the group size {group_size}: a pool would be too "
                 "small to downsample."
             )
-        name = (
-            name
-            or f"Ada Est {estimate.rule}, mean {estimate.mean} in [{estimate.min_samples}, {estimate.max_samples}]"
-        )
+        rule = "" if estimate.rule == "inv_sqrt_p" else "-" + estimate.rule.replace("_", "")  # the catalog's names
+        name = name or f"est-{estimate.mean}{rule} in [{estimate.min_samples}, {estimate.max_samples}]"
         return cls(name, estimate.schedule(group_size), estimate=estimate)
 
     @property
@@ -181,17 +179,17 @@ def default_strategies(
     """GRPO at each size, DAPO at `group_size`, then per Ada rule: each round sizing and the sequential limit; then
     Est for each mean in `estimate_means`, within `[group_size, samples_per_round * max_rounds]` (the trainer's
     defaults)."""
-    strategies = [Strategy(f"GRPO n={n}", Schedule.from_strategy("uniform", n)) for n in grpo_sizes]
+    strategies = [Strategy(f"grpo-{n}", Schedule.from_strategy("uniform", n)) for n in grpo_sizes]
     if refill_batches > 0:
         dapo = Schedule.from_strategy("uniform", group_size)
-        strategies.append(Strategy(f"DAPO n={group_size}", dapo, refill_batches=refill_batches))
+        strategies.append(Strategy(f"dapo-{group_size}", dapo, refill_batches=refill_batches))
     for rule in rules:
         for sizing in round_sizings:
             schedule = Schedule.from_strategy(
                 rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives, sizing
             )
-            rounds = f"{samples_per_round}x{max_rounds}" if sizing == "fixed" else f"posterior, {max_rounds} rounds"
-            strategies.append(Strategy(f"Ada {rule} {rounds}", schedule))
+            posterior = "" if sizing == "fixed" else "-posterior"  # each row named as docs/names.md names it
+            strategies.append(Strategy(f"seq-{rule}-{samples_per_round}x{max_rounds}{posterior}", schedule))
         schedule = Schedule.from_strategy(
             rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives
         )

@@ -108,12 +108,12 @@ H200_05B = RecordSet(
     source="benchmarks/results/gpu/h200-2026-11-28/step_time_05b.jsonl (step 3 of each run)",
     exponents=PROPORTIONAL,
     records=(
-        Record("GRPO n=4", StepWork(calls=1, generated=64, trained=64, **_H200), 9.48, None, "step 2: 9.94 s"),
+        Record("grpo-4", StepWork(calls=1, generated=64, trained=64, **_H200), 9.48, None, "step 2: 9.94 s"),
         Record(
-            "Ada-positive 4x2", StepWork(calls=2, generated=84, trained=64, **_H200), 15.128, 14.845, "step 2: 15.87 s"
+            "seq-positive-4x2", StepWork(calls=2, generated=84, trained=64, **_H200), 15.128, 14.845, "step 2: 15.87 s"
         ),
         Record(
-            "Ada-balanced 8x4",
+            "seq-balanced-8x4",
             StepWork(calls=4, generated=400, trained=64, **_H200),
             44.264,
             43.962,
@@ -134,8 +134,8 @@ H200_05B = RecordSet(
 # Beta(0.3372, 0.2984) (fitted to the 1.5B model), at 512 prompts a step (tests/test_step_time_model.py checks them);
 # that mix is taken for the 7B too. Est spends 8 a prompt (`round_repeat` x prompts) in one call.
 PAPER_SAMPLES = {"positive": 12.74, "balanced": 22.10}
-_PAPER_ROWS = (("GRPO n=4", 1, 4.0), ("Seq-positive 8x4", 4, PAPER_SAMPLES["positive"]))
-_PAPER_ROWS += (("Seq-balanced 8x4", 4, PAPER_SAMPLES["balanced"]), ("Est, 8 a prompt", 1, 8.0))
+_PAPER_ROWS = (("grpo-4", 1, 4.0), ("seq-positive-8x4", 4, PAPER_SAMPLES["positive"]))
+_PAPER_ROWS += (("seq-balanced-8x4", 4, PAPER_SAMPLES["balanced"]), ("est-8", 1, 8.0))
 _PAPER_SECONDS = {"1.5b": (102.0, 228.0, 290.0, 128.0), "7b": (236.0, 333.0, 375.0, 382.0)}
 PAPER = RecordSet(
     key="paper",
