@@ -329,13 +329,8 @@ def measured_steps(result: dict[str, Any]) -> dict[tuple[str, str], tuple]:
         steps = pooled_ratio(ratios)
         if steps is not None:
             low, high = steps["ci"]
-            entries[key] = (
-                round(steps["ratio"], 4),
-                round(low, 4),
-                round(high, 4),
-                row["task"],
-                tuple(row["warm_models"]),
-            )
+            ratio, low, high = (round(float(v), 4) for v in (steps["ratio"], low, high))
+            entries[key] = (ratio, low, high, row["task"], tuple(row["warm_models"]))
     return entries
 
 

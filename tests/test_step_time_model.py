@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trl_ada.tools.measured_steps import STEPS_TO_90
 from trl_ada.tools.simulate import main as simulate_main
 from trl_ada.tools.simulate import simulate
 from trl_ada.tools.simulate_setup import PassRates, default_strategies
@@ -216,7 +217,7 @@ def test_simulate_prints_step_times_that_match_the_fitted_parameters(capsys):
 
         grpo = seconds(1, 32 * 4, 32 * 4)
         table = rows_of(section)
-        printed = 0
+        printed = gpu_rows = 0
         for strategy, outcome in zip(strategies, outcomes, strict=True):
             if strategy.is_sequential_limit:
                 assert strategy.name not in table
@@ -227,8 +228,23 @@ def test_simulate_prints_step_times_that_match_the_fitted_parameters(capsys):
             spread = 0.0 if strategy.name == "grpo-4" else fitted.max_ratio_loo_error
             low, high = (float(x) for x in cells[5].split("-"))
             assert (low, high) == pytest.approx((ratio * (1 - spread), ratio * (1 + spread)), abs=0.006)
+            # GPU time to the same skill: the steps measured on the columns task times this step-time ratio
+            measured = STEPS_TO_90.get((strategy.name.split(" ")[0], "grpo-4"))
+            if strategy.name == "grpo-4":
+                assert cells[8] == "1.00"
+            elif measured is None:
+                assert cells[8] == "-"
+            else:
+                steps, steps_low, steps_high = measured[:3]
+                value, bracket = cells[8].split(" [")
+                assert float(value) == pytest.approx(steps * ratio, abs=0.006)
+                bounds = [float(x) for x in bracket.rstrip("]").split(", ")]
+                expected = [steps_low * ratio * (1 - spread), steps_high * ratio * (1 + spread)]
+                assert bounds == pytest.approx(expected, abs=0.006)
+                gpu_rows += 1
             printed += 1
         assert printed == 5  # grpo-4 and grpo-8, seq-positive-8x4 and seq-balanced-8x4, est-8
+        assert gpu_rows == 4  # every row but grpo-4's own was measured against grpo-4
 
 
 def test_simulate_without_model_shape_prints_no_step_times(capsys):
@@ -256,9 +272,9 @@ def test_the_extrapolation_flag_follows_the_records_range(capsys):
     base += ["--rules", "--estimate", "--completion-length", "256"]
     assert simulate_main([*base, "--model-shape", "0.5b"]) == 0
     h200 = rows_of(capsys.readouterr().out.split("projected from ")[1])
-    assert h200["grpo-4"][-1] == "-" and math.isclose(float(h200["grpo-4"][4]), 1.0)
+    assert h200["grpo-4"][7] == "-" and math.isclose(float(h200["grpo-4"][4]), 1.0)
     assert simulate_main([*base, "--model-shape", "7b"]) == 0
-    assert rows_of(capsys.readouterr().out.split("projected from ")[1])["grpo-4"][-1] == "parameters"
+    assert rows_of(capsys.readouterr().out.split("projected from ")[1])["grpo-4"][7] == "parameters"
 
 
 def test_the_doc_s_fit_table_is_the_command_s_output(capsys):

@@ -375,7 +375,7 @@ def step_times(strategies: Sequence[Strategy], outcomes: Sequence[Outcome], args
     for record_set in RECORD_SETS.values():
         fitted = fit(record_set)
         projections = [(name, work, project(fitted, work, baseline)) for name, work in rows]
-        sections.append(format_step_times(fitted, project(fitted, baseline, baseline), projections))
+        sections.append(format_step_times(fitted, project(fitted, baseline, baseline), projections, group))
     return sections
 
 

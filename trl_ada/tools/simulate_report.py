@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from .measured_steps import STEPS_TO_90
 from .simulate_setup import Outcome
 from .step_time_model import Fit, Projection, StepWork
 
@@ -58,11 +59,28 @@ STEP_TIME_COLUMNS = (
     "band",
     "latency share",
     "extrapolated in",
+    "GPU time to skill",
 )
 
 
-def format_step_times(fit: Fit, baseline: Projection, rows: Sequence[tuple[str, StepWork, Projection]]) -> str:
-    """One record set's projections: a header naming the records and their errors, then a row per configuration."""
+def gpu_time_to_skill(name: str, group: int, projection: Projection) -> str:
+    """A row's GPU time to 90% of GRPO's skill gain over GRPO's at the group size: its optimizer steps to that skill,
+    measured on the toy columns task against `grpo-{group}` (`measured_steps.STEPS_TO_90`), times its projected
+    step-time ratio; in brackets the steps' 95% interval times the band. "-" where not measured against that group."""
+    if name == f"grpo-{group}":
+        return "1.00"
+    measured = STEPS_TO_90.get((name.split(" ")[0], f"grpo-{group}"))
+    if measured is None:
+        return "-"
+    steps, low, high = measured[:3]
+    return f"{steps * projection.ratio:.2f} [{low * projection.low:.2f}, {high * projection.high:.2f}]"
+
+
+def format_step_times(
+    fit: Fit, baseline: Projection, rows: Sequence[tuple[str, StepWork, Projection]], group: int
+) -> str:
+    """One record set's projections: a header naming the records and their errors, then a row per configuration
+    against GRPO with groups of ``group``."""
     records = fit.record_set
     rms = math.sqrt(sum(e * e for e in fit.fit_errors) / len(fit.fit_errors))
     lines = [
@@ -83,6 +101,7 @@ def format_step_times(fit: Fit, baseline: Projection, rows: Sequence[tuple[str, 
             f"{number(p.low)}-{number(p.high)}",
             f"{p.latency_share:.0%}" if not math.isnan(p.latency_share) else "-",
             ", ".join(p.extrapolated) or "-",
+            gpu_time_to_skill(name, group, p),
         )
         for name, work, p in rows
     ]
@@ -90,7 +109,9 @@ def format_step_times(fit: Fit, baseline: Projection, rows: Sequence[tuple[str, 
     lines.append(
         "x GRPO: over GRPO at the group size, under the fit to every record; band: x GRPO times 1 -/+ the largest "
         "leave-one-out error on the ratio; latency share: of generation time, what the calls' latency costs; "
-        "extrapolated in: what lies outside the records' range"
+        "extrapolated in: what lies outside the records' range; GPU time to skill: steps to 90% of GRPO's skill gain "
+        "measured on the toy columns task against GRPO at the group size (95% interval over seeds and warm models), "
+        "times x GRPO, in brackets the interval times the band; -: not measured against that group"
     )
     return "\n".join(lines)
 
