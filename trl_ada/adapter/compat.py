@@ -143,6 +143,17 @@ class ToolLoopOutput(NamedTuple):
 
 
 @contextmanager
+def swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set one of GRPOTrainer's attributes for the duration of a call of its own code."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+@contextmanager
 def local_reward_gather(num_processes: int) -> Iterator[None]:
     """Within this context, GRPOTrainer's `_calculate_rewards` returns this process's rewards, not every process's.
 
