@@ -41,7 +41,6 @@ from .checks import (
     toy_plain_prompt_message,
 )
 from .compat import (
-    GenerationOutput,
     ToolLoopOutput,
     decode_completions,
     ended,
@@ -54,7 +53,7 @@ from .compat import (
 )
 from .config import ReinforceAdaConfig
 from .model_names import check_model_name
-from .step_io import Collectives, StepIO
+from .step_io import Collectives, GenerationOutput, StepIO
 from .trainer_checkpoints import CheckpointSeams
 from .trl_logs import LENGTH_METRICS, TOOL_METRICS, log_step, metric_marks, pop_columns, replace_since, show_rows
 
