@@ -17,7 +17,12 @@ from ...core.memory import PassRateMemory
 from ...core.step import StepSettings
 from ..config import ReinforceAdaConfig
 from ..config_fields import pass_rate_memory, sampling_schedule, step_settings
-from ..config_validation import _check_exit_and_budget, _check_odc_downsample, _check_pilot, _check_prompt_source
+from ..config_validation import (  # the synchronous config's own rules, so both configs refuse alike, in its words
+    _check_exit_and_budget,
+    _check_odc_downsample,
+    _check_pilot,
+    _check_prompt_source,
+)
 
 _ADA_FIELDS = {f.name: f for f in dataclasses.fields(ReinforceAdaConfig)}
 

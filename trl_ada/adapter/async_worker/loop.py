@@ -34,7 +34,7 @@ from ...core.step import ComposedStep, compose_step
 from ..checks import refill_filter_column
 from .bookkeeping import AdaGroup, Completion, RequestSlots, TaskBackend
 from .config import AdaRolloutConfig
-from .seams import (
+from .seams import (  # TRL's private loop, the seam this package subclasses, and its array rows (seams.py)
     RolloutSample,
     _as_row,
     _AsyncRolloutLoop,
