@@ -880,9 +880,8 @@ def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
-    from trl_ada.adapter import trainer
     from trl_ada.adapter.backends import rounds
-    from trl_ada.core import engine
+    from trl_ada.core import advantages, engine, step
 
     originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": rounds.Rollouts.add}
     argv = ["--steps", "2", "--repeats", "1", "--threads", "1", "--model-dir", str(toy_cold_dir)]
@@ -895,7 +894,8 @@ def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_d
     assert grpo["ms_per_step"]["generation"] > 0 and grpo["ms_per_step"]["loss forward + backward"] > 0
     assert report["ada_over_grpo_step_time"] == pytest.approx(ada["step_seconds"] / grpo["step_seconds"])
     # The patched names are back to the originals.
-    assert rounds.sample is engine.sample and trainer.downsample is engine.downsample
+    assert rounds.sample is engine.sample and step.downsample is engine.downsample
+    assert step.pool_advantages is advantages.pool_advantages
     assert engine.Tally.__dict__["of"] is originals["of"] and engine.Tally.metrics is originals["metrics"]
     assert rounds.Rollouts.add is originals["add"]
     assert "ours / Ada step time" in (tmp_path / "tiny.md").read_text()

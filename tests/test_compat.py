@@ -149,7 +149,8 @@ def test_the_rest_of_the_seam_list_is_where_compat_says():
     """Every other TRL-private name trl-ada reads, writes or overrides (compat.py's module docstring lists them)."""
     from transformers import Trainer
 
-    from trl_ada.adapter.compat import ROLLOUT_STATE, GenerationOutput, ToolLoopOutput
+    from trl_ada.adapter.compat import ROLLOUT_STATE, ToolLoopOutput
+    from trl_ada.adapter.step_io import GenerationOutput
 
     # Overridden and called: their signatures.
     assert parameters(GRPOTrainer._tool_call_loop) == [

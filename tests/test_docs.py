@@ -149,6 +149,17 @@ def test_configuration_table_lists_every_field_the_config_adds():
     assert added | changed <= listed, f"missing from docs/configuration.md's field table: {sorted(added - listed)}"
 
 
+def test_configuration_table_describes_every_registered_sampling_strategy():
+    """The exit-rule registry (`trl_ada.core.engine.EXIT_RULES`) is the list: each rule, and Est, is described in the
+    `sampling_strategy` row, and the row names nothing the registry does not hold."""
+    from trl_ada.core.engine import SAMPLING_STRATEGIES
+
+    table = section(CONFIGURATION.read_text(), "Every field").splitlines()
+    (row,) = [line for line in table if line.startswith("| `sampling_strategy` |")]
+    described = set(re.findall(r'`"(\w+)"`', row.split(" | ", 2)[2]))  # the description column
+    assert described == set(SAMPLING_STRATEGIES)
+
+
 # -------------------------------------------------------------------------------------------------------------------
 # The quick start, as written
 # -------------------------------------------------------------------------------------------------------------------

@@ -461,13 +461,15 @@ def test_pools_hold_row_numbers_and_rollouts_hold_token_ids_and_text(toy_cold_di
         return select(self, rows)
 
     monkeypatch.setattr(Rollouts, "select", spy_select)
-    steps, make_step = [], trainer_module._AdaStep.of
-    monkeypatch.setattr(trainer_module._AdaStep, "of", lambda *args: steps.append(args) or make_step(*args))
+    steps, make_step = [], trainer_module.compose_step
+    monkeypatch.setattr(
+        trainer_module, "compose_step", lambda *args, **kw: steps.append(args) or make_step(*args, **kw)
+    )
     train_one_step(toy_cold_dir, tmp_path, scripted({"a": [0.0], "b": [0.0]}))  # every prompt draws all 32
     (rollouts,) = seen
     assert rollouts.size == 64
     # Engine pools: row numbers only.
-    result = steps[0][0]
+    result = steps[0][1]  # compose_step(settings, result, ...)
     assert all(isinstance(handle, int) for pool in result.pools for handle in pool.samples)
     # Rollouts: token ids (lists of ints), the decoded completion, and one reward vector per row; no logits or
     # hidden states (sampling log-probs only come from vLLM, None here).

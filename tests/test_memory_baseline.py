@@ -181,14 +181,13 @@ def test_two_steps_subtract_the_memory_of_the_steps_before(toy_cold_dir, tmp_pat
         scale_rewards="none",
         prompt_id_column="key",
     )
-    original = trainer._pool_advantages
+    original = trainer._log_step
 
     def spy(step):
-        result = original(step)
-        seen_rows.append((sorted(step.memory_counts), sorted(result[0].tolist())))
-        return result
+        seen_rows.append((sorted(step.memory_counts), sorted(step.advantages.tolist())))
+        return original(step)
 
-    trainer._pool_advantages = spy
+    trainer._log_step = spy
     trainer.train()
     assert dict(calls) == {"a": 4, "b": 4}
     # Step 1: nothing seen, baseline 1/2 for both (not the memory's own prior 1/17): a's two wrong rows -1/2, b's two
@@ -252,14 +251,13 @@ def test_trainer_warns_for_several_functions_at_once_and_for_other_totals_when_s
         advantage_baseline="memory",
     )  # fmt: skip
     assert warnings == []
-    original = trainer._pool_advantages
+    original = trainer._log_step
 
-    def spy(step):
-        result = original(step)
+    def spy(step):  # once per step, after its advantages (and the warning, if any)
+        original(step)
         warned_at.append(len(warnings))
-        return result
 
-    trainer._pool_advantages = spy
+    trainer._log_step = spy
     trainer.train()
     assert len(calls) == 3 and warned_at == [0, 1, 1]
     (warning,) = warnings

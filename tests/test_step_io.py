@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from trl_ada.adapter.backends.rounds import sample_in_rounds
-from trl_ada.adapter.compat import GenerationOutput
-from trl_ada.adapter.step_io import Collectives, StepIO
+from trl_ada.adapter.step_io import Collectives, GenerationOutput, StepIO
 from trl_ada.core.engine import Schedule
 
 EOS = 9

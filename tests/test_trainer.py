@@ -569,10 +569,9 @@ def test_normalize_then_sum_uses_pool_statistics_per_function(toy_cold_dir, tmp_
     captured = []
 
     class Spy(ReinforceAdaTrainer):
-        def _pool_advantages(self, step):
-            advantages, weights = super()._pool_advantages(step)
-            captured.append((step.kept_rewards_per_func.clone(), step.pool_rewards_per_func, advantages.clone()))
-            return advantages, weights
+        def _log_step(self, step):
+            captured.append((step.kept_rewards_per_func.clone(), step.pool_rewards_per_func, step.advantages.clone()))
+            return super()._log_step(step)
 
     coin = bernoulli_reward({"a": 0.3, "b": 0.6, "c": 0.5, "d": 0.2})
     rng = random.Random(1)

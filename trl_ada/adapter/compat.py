@@ -117,19 +117,6 @@ def ended(trainer: Any, completion_ids: Sequence[list[int]]) -> list[bool]:
     return [bool(ids) and ids[-1] in ends for ids in completion_ids]
 
 
-class GenerationOutput(NamedTuple):
-    """What `GRPOTrainer._generate` returns, by name (a tuple, so it goes back to TRL as is)."""
-
-    prompt_ids: list[list[int]]
-    completion_ids: list[list[int]]
-    tool_mask: list[list[int]] | None
-    completions: list
-    logprobs: list | None
-    extra_fields: dict[str, Any]
-    images: list | None
-    tool_images: list
-
-
 class ToolLoopOutput(NamedTuple):
     """What `GRPOTrainer._tool_call_loop` returns, by name."""
 
@@ -140,6 +127,17 @@ class ToolLoopOutput(NamedTuple):
     tool_call_count: int
     tool_failure_count: int
     tool_images: list | None
+
+
+@contextmanager
+def swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set one of GRPOTrainer's attributes for the duration of a call of its own code."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
 
 
 @contextmanager

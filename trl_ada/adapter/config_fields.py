@@ -12,12 +12,12 @@ from trl import GRPOConfig
 
 from ..core.advantages import WEIGHTINGS
 from ..core.allocation import ALLOCATION_RULES
-from ..core.engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, STRATEGIES, ExitRule, Schedule
+from ..core.engine import DOWNSAMPLES, ROLLOUT_SCHEDULES, ROUND_SIZINGS, SAMPLING_STRATEGIES, ExitRule, Schedule
 from ..core.memory import PassRateMemory
 from ..core.selection import PROMPT_SELECTIONS
+from ..core.step import StepSettings
 
 BASELINES = ("pool", "group", "memory")
-SAMPLING_STRATEGIES = (*STRATEGIES, "estimate")
 DIFFICULTY_WEIGHTINGS = (*WEIGHTINGS, "odc")  # "odc" reads the pass-rate memory, so the trainer computes it
 
 
@@ -28,7 +28,7 @@ class ReinforceAdaFields(GRPOConfig):
 
     sampling_strategy: str = field(
         default="balanced",
-        metadata={"help": "When a prompt stops being sampled.", "choices": list(SAMPLING_STRATEGIES)},
+        metadata={"help": "When a prompt stops being sampled.", "choices": SAMPLING_STRATEGIES},  # the registry, live
     )
     samples_per_round: int = field(
         default=8, metadata={"help": "Completions drawn per round for each prompt still active."}
@@ -223,6 +223,11 @@ class ReinforceAdaFields(GRPOConfig):
             self.sampling_strategy, self.num_generations, self.min_positives, self.min_negatives
         )
 
+    def step_settings(self) -> StepSettings:
+        """The algorithm's fields a step reads (`trl_ada.core.step`), as plain values."""
+        normalize_then_sum = self.multi_objective_aggregation == "normalize_then_sum"  # GRPOConfig's field
+        return step_settings(self, self.num_generations, self.schedule().budget, normalize_then_sum)
+
     def schedule(self) -> Schedule:
         """The sampling schedule the trainer (and the simulator) run each step. Under `"estimate"` it is one round
         of at most `max_samples_per_prompt`; the trainer sizes it per prompt from the memory."""
@@ -250,4 +255,31 @@ def pass_rate_memory(settings: Any) -> PassRateMemory:
     """An empty pass-rate memory with the prior, decay and cap of `settings` (`ReinforceAdaConfig`'s fields)."""
     return PassRateMemory(
         settings.pass_rate_alpha, settings.pass_rate_beta, settings.pass_rate_decay, settings.pass_rate_max_prompts
+    )
+
+
+# The core's `StepSettings` field each of `ReinforceAdaConfig`'s step fields fills.
+STEP_FIELDS = {
+    "downsample": "downsample",
+    "baseline": "advantage_baseline",
+    "scale_rewards": "scale_rewards",
+    "weighting": "difficulty_weighting",
+    "max_weight": "max_difficulty_weight",
+    "pilot_size": "pilot_size",
+    "positive_threshold": "positive_threshold",
+}
+
+
+def step_settings(settings: Any, group_size: int, budget: int, normalize_then_sum: bool = False) -> StepSettings:
+    """The core's `StepSettings` from any object carrying `ReinforceAdaConfig`'s step fields (this config, or the
+    asynchronous worker's `AdaRolloutConfig`), for groups of `group_size` and pools of at most `budget`."""
+    values = {name: getattr(settings, field_name) for name, field_name in STEP_FIELDS.items()}
+    selection = settings.prompt_selection != "none"
+    return StepSettings(
+        group_size,
+        budget,
+        **values,
+        normalize_then_sum=normalize_then_sum,
+        refill=bool(settings.refill),
+        selection=selection,
     )

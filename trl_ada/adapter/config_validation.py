@@ -16,6 +16,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from ..core.engine import ESTIMATE, is_adaptive
 from ..core.hints import budget_hint
 from .config_fields import ReinforceAdaFields
 from .errors import numbered
@@ -27,8 +28,8 @@ from .errors import numbered
 
 # The choice fields ReinforceAdaConfig adds; GRPOConfig's (its `scale_rewards`, only re-declared there with a new
 # default, and TrainingArguments' `log_level` etc.) are GRPOConfig's to check or not, as before.
-_CHOICES: dict[str, tuple[str, ...]] = {
-    f.name: tuple(f.metadata["choices"])
+_CHOICES: dict[str, Sequence[str]] = {  # sampling_strategy's is the exit-rule registry's live view
+    f.name: f.metadata["choices"]
     for f in fields(ReinforceAdaFields)
     if "choices" in f.metadata and f.name not in {g.name for g in fields(GRPOConfig)}
 }
@@ -133,7 +134,7 @@ def _check_choices(config: ReinforceAdaFields) -> None:
     for name, choices in _CHOICES.items():
         value = getattr(config, name)
         if value not in choices:
-            raise ValueError(f"{name}={value!r} is not one of {choices}.")
+            raise ValueError(f"{name}={value!r} is not one of {tuple(choices)}.")
 
 
 def _check_exit_and_budget(config: ReinforceAdaFields) -> None:
@@ -163,10 +164,7 @@ def _check_exit_and_budget(config: ReinforceAdaFields) -> None:
             "min_negatives or raise num_generations."
         )
     # Plain GRPO draws one round of exactly num_generations and Est sizes its own round; only Seq can fall short.
-    if (
-        config.sampling_strategy not in ("uniform", "estimate")
-        and config.samples_per_round * config.max_rounds < config.num_generations
-    ):
+    if is_adaptive(config.sampling_strategy) and config.samples_per_round * config.max_rounds < config.num_generations:
         raise ValueError(
             f"The per-prompt budget samples_per_round * max_rounds = {config.samples_per_round} * "
             f"{config.max_rounds} is smaller than num_generations={config.num_generations}, so a group could never "
@@ -371,12 +369,13 @@ def _check_types(config: ReinforceAdaFields) -> None:
 # The sampling fields each strategy never reads. A field counts as set by the user when its value differs from its
 # default: one passed explicitly at its default value is not reported.
 _EST_FIELDS = ("samples_per_prompt_mean", "min_samples_per_prompt", "max_samples_per_prompt", "allocation_rule")
-_IGNORED_BY: dict[str, tuple[str, ...]] = {
-    "uniform": ("samples_per_round", "max_rounds", "round_sizing", *_EST_FIELDS),
-    "balanced": _EST_FIELDS,
-    "positive": _EST_FIELDS,
-    "estimate": ("round_sizing",),
-}
+
+
+def _ignored_by(strategy: str) -> tuple[str, ...]:
+    """The sampling fields `strategy` never reads: Est's for an exit rule, the rounds' too for plain GRPO."""
+    if strategy == ESTIMATE:
+        return ("round_sizing",)
+    return _EST_FIELDS if is_adaptive(strategy) else ("samples_per_round", "max_rounds", "round_sizing", *_EST_FIELDS)
 
 
 def config_warnings(config: ReinforceAdaFields) -> list[str]:
@@ -390,7 +389,7 @@ def _uniform_budget_message(config: ReinforceAdaFields) -> str | None:
     """An adaptive strategy whose budget equals the group draws exactly `num_generations` for every prompt: uniform
     sampling under another name. (A budget below the group is refused in `_validate`.)"""
     group, strategy = config.num_generations, config.sampling_strategy
-    if strategy in ("balanced", "positive"):
+    if is_adaptive(strategy):
         budget = config.samples_per_round * config.max_rounds
         if budget != group:
             return None
@@ -417,7 +416,7 @@ def _uniform_budget_message(config: ReinforceAdaFields) -> str | None:
 
 def _ignored_fields_message(config: ReinforceAdaFields) -> str | None:
     """Fields set away from their defaults that the chosen strategy never reads."""
-    ignored = list(_IGNORED_BY.get(config.sampling_strategy, ()))
+    ignored = list(_ignored_by(config.sampling_strategy))
     if config.sampling_strategy == "estimate" and config.max_samples_per_prompt is not None:
         ignored += ["samples_per_round", "max_rounds"]  # they only give max_samples_per_prompt's default
     defaults = {f.name: f.default for f in fields(ReinforceAdaFields)}

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from accelerate.utils import gather, gather_object
@@ -24,7 +24,19 @@ from accelerate.utils import gather, gather_object
 if TYPE_CHECKING:
     from ..core.engine import Pool, Schedule, SignalFn
     from .backends.base import TokenBackend
-    from .compat import GenerationOutput
+
+
+class GenerationOutput(NamedTuple):
+    """What `GRPOTrainer._generate` returns, by name (a tuple, so it goes back to TRL as is)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    tool_mask: list[list[int]] | None
+    completions: list
+    logprobs: list | None
+    extra_fields: dict[str, Any]
+    images: list | None
+    tool_images: list
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ class Collectives:
 
 # Signatures of the StepIO callables (prompts are strings or conversations; rows are dataset rows).
 PrepareFn = Callable[[list, list[dict[str, Any]]], list]
-GenerateFn = Callable[[list, int], "GenerationOutput"]
+GenerateFn = Callable[[list, int], GenerationOutput]
 ScoreFn = Callable[[list[dict[str, Any]], list, list, list[list[int]], Sequence[int], int], torch.Tensor]
 
 

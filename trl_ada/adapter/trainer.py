@@ -8,52 +8,22 @@ import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_callback import TrainerState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 from transformers.utils import logging
-from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from ..core.advantages import advantage_options, memory_baseline_mismatch, pool_advantages, total_reward
+from ..core.advantages import memory_baseline_mismatch, total_reward
 from ..core.allocation import allocate_step
-from ..core.engine import Pilot, SamplingResult, downsample
-from ..core.memory import memory_key, memory_updates
-from ..core.metrics import (
-    LENGTH_METRICS,
-    TOOL_METRICS,
-    Moments,
-    StepCounts,
-    length_metrics,
-    log_step,
-    metric_marks,
-    pop_columns,
-    replace_since,
-    reward_moments,
-    shown_counters,
-    signal_metrics,
-    tool_metrics,
-)
-from ..core.prompt_stream import SidePrompts, retarget_rows, save_stream_states
+from ..core.engine import Pilot, SamplingResult
+from ..core.memory import memory_key
+from ..core.metrics import length_metrics, tool_metrics
+from ..core.prompt_stream import SidePrompts, retarget_rows
 from ..core.selection import pilot_stop_rule
-from .backends.rounds import Rollouts, sample_in_rounds
-from .backends.streaming import Streamed, sample_streaming
-from .checkpoints import (
-    EpochSeededSampler,
-    StagedCheckpoint,
-    load_generation_batch,
-    missing_checkpoint_message,
-    nothing_to_train_message,
-    output_dir_problem,
-    resume_problem,
-    rotate_checkpoints,
-    save_generation_batch,
-    saved_step,
-)
+from ..core.step import ComposedStep, compose_step
+from .backends.rounds import sample_in_rounds
+from .backends.streaming import sample_streaming
 from .checks import (
     ContextCheck,
     RewardFunctionError,
@@ -71,8 +41,6 @@ from .checks import (
     toy_plain_prompt_message,
 )
 from .compat import (
-    TRANSFORMERS_VERSION,
-    GenerationOutput,
     ToolLoopOutput,
     decode_completions,
     ended,
@@ -81,16 +49,18 @@ from .compat import (
     prepare_rollouts,
     quiet_all_none_warning,
     rollout_state_kept,
+    swapped,
 )
 from .config import ReinforceAdaConfig
 from .model_names import check_model_name
-from .step_io import Collectives, StepIO
+from .step_io import Collectives, GenerationOutput, StepIO
+from .trainer_checkpoints import CheckpointSeams
+from .trl_logs import LENGTH_METRICS, TOOL_METRICS, log_step, metric_marks, pop_columns, replace_since, show_rows
 
 logger = logging.get_logger(__name__)
-STREAM_STATE_MISSING = "refill and selection draw from a fresh stream."
 
 
-class ReinforceAdaTrainer(GRPOTrainer):
+class ReinforceAdaTrainer(CheckpointSeams):
     """
     Trainer for Reinforce-Ada (https://huggingface.co/papers/2510.04996): GRPO with adaptive sampling. Each step
     samples more completions only for the prompts still *active* (in rounds, or streamed), retires a prompt once its
@@ -150,7 +120,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
             self._ada_baseline_mismatch = memory_baseline_mismatch(len(self.reward_funcs))
             if self._ada_baseline_mismatch is not None and self.accelerator.is_main_process:
                 logger.warning(self._ada_baseline_mismatch)
-        self.ada_schedule = args.schedule()
+        self.ada_schedule, self.ada_step_settings = args.schedule(), args.step_settings()
         self.ada_memory = args.pass_rate_memory()  # identical on every process; saved with each checkpoint
         schedule = self.ada_schedule
         self._ada_signal_watch = SignalWatch(schedule.exit_rule, schedule.positive_threshold, schedule.budget)
@@ -160,12 +130,14 @@ class ReinforceAdaTrainer(GRPOTrainer):
         self.ada_collectives = Collectives(accelerator.num_processes, accelerator.process_index, accelerator.device)
         self.ada_side_prompts = None  # the side stream refill and prompt selection draw from
         if args.uses_side_stream:
+            selection = (args.selection_threshold, args.selection_floor) if args.prompt_selection != "none" else None
             self.ada_side_prompts = SidePrompts.for_dataset(
                 self.train_dataset,
                 self.ada_memory,
                 lambda row: self._memory_key(row["prompt"], row),
                 self.ada_schedule,
-                args,
+                args.seed,
+                selection,
                 rank=accelerator.process_index,
                 world_size=accelerator.num_processes,
                 environments=self.environment_factories is not None,
@@ -174,7 +146,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
         # rows, what sampling hands to the loss, streamed completions handed to TRL's _generate, tool-loop counts.
         self._ada_batch = (-1, 0)
         self._ada_inputs: list[dict[str, Any]] | None = None
-        self._ada_step: _AdaStep | None = None
+        self._ada_step: ComposedStep | None = None
         self._ada_replay: tuple[list, list | None] | None = None
         self._ada_tool_counts: list[tuple[int, int, int]] | None = None
         self._ada_reward_seconds = 0.0  # time in reward functions during the current generation batch
@@ -202,7 +174,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
         skipped, refill = 0, None
         if self.ada_side_prompts is not None:  # prompt selection replaces prompts in place; refill appends
             rngs = (self._rng("select"), self._rng("refill"))
-            skipped, refill = self.ada_side_prompts.prepare(unique_prompts, unique_inputs, keys, *rngs, args)
+            refills = (args.refill, args.max_refills_per_step)
+            skipped, refill = self.ada_side_prompts.prepare(unique_prompts, unique_inputs, keys, *rngs, *refills)
         pilot = None
         if args.pilot_size:  # `keys` grows with refills, and the rule reads it when a pilot finishes
             stop = pilot_stop_rule(self.ada_memory, keys, self.num_generations, args.pilot_stop_threshold)
@@ -217,28 +190,35 @@ class ReinforceAdaTrainer(GRPOTrainer):
                 sizes = allocate_step(p_hat, args.sampling_strategy, *bounds, args.allocation_rule)
                 result, sampled = sample_in_rounds(io, unique_prompts, unique_inputs, sizes, refill, pilot)
         seconds = time.perf_counter() - started - self._ada_reward_seconds  # generation (and sampling's own work)
-        slot_keys = [keys[i] for i in result.slots]  # read before this step's update (ODC, the memory baseline)
-        p_hat, counts = self.ada_memory.p_hat_many(slot_keys), [self.ada_memory.counts(key) for key in slot_keys]
-        updates = memory_updates(keys, result.pools)
-        self.ada_memory.update_many(collectives.gather_objects(updates))  # every rank's, in rank order
         retarget_rows(
             prompts, self._ada_inputs, starts, result.slots, unique_prompts, unique_inputs, self.num_generations
         )
-        self._ada_step = step = _AdaStep.of(
-            result,
-            sampled,
-            args,
-            self.reward_weights,
-            self._rng(),
-            p_hat,
-            counts,
-            (seconds, self._ada_reward_seconds),
-            skipped,
-        )
+        self._ada_step = step = self._compose_step(result, keys, sampled, (seconds, self._ada_reward_seconds), skipped)
+        self._check_memory_baseline(step.kept_rewards_per_func)
         self._pending_extra_logs.update(sampled.extra_logs(step.kept))
         output = sampled.select(step.kept)
         self._log_lengths(*sampled.step_lengths(), sampled.uncounted_tokens(step.kept), marks)
         return output
+
+    def _compose_step(
+        self, result: SamplingResult, keys: list[str], sampled: Any, seconds: tuple[float, float], skipped: int
+    ) -> ComposedStep:
+        """The core's step on this batch's pools (`trl_ada.core.step.compose_step`: the memory, downsampling, pool
+        advantages, the step's counts), with every process's evidence; `sampled` holds the rows' rewards."""
+        collectives = self.ada_collectives
+        return compose_step(
+            self.ada_step_settings,
+            result,
+            keys,
+            self.ada_memory,
+            sampled.rewards_per_func,
+            self.reward_weights,
+            self._rng(),
+            seconds=seconds,
+            skipped=skipped,
+            gather_objects=collectives.gather_objects,
+            gather_tensor=collectives.gather_tensor,
+        )
 
     def _step_io(self) -> StepIO:
         """What this generation batch's sampling code may read and do (`trl_ada.adapter.step_io`). With tools or
@@ -267,7 +247,7 @@ class ReinforceAdaTrainer(GRPOTrainer):
 
     def _generate_round(self, prompts: list, run_length: int) -> GenerationOutput:
         # GRPOTrainer._generate passes `self.num_generations` to the generation backend as the run length.
-        with _swapped(self, "num_generations", run_length):
+        with swapped(self, "num_generations", run_length):
             return GenerationOutput(*super()._generate(prompts))
 
     def _replay(self, prompts: list, completion_ids: list[list[int]], logprobs: list | None) -> GenerationOutput:
@@ -300,8 +280,8 @@ class ReinforceAdaTrainer(GRPOTrainer):
         user_metrics: defaultdict[str, list[float]] = defaultdict(list)
         started = time.perf_counter()
         with (
-            _swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)),
-            _swapped(self, "_pending_metrics", user_metrics),
+            swapped(self, "reward_funcs", guard.wrap(self.reward_funcs)),
+            swapped(self, "_pending_metrics", user_metrics),
             gather_locally,
             quiet_all_none_warning(lambda: guard.failure is not None),
         ):
@@ -358,110 +338,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
             return random.Random(f"{prefix}-{batch}" if batch else prefix)
         return random.Random(f"{prefix}-{batch}-{purpose}")
 
-    def _get_train_sampler(self, dataset=None):
-        """GRPOTrainer's sampler, which a resumed run positions at its epoch (`EpochSeededSampler`)."""
-        return EpochSeededSampler(super()._get_train_sampler(dataset))
-
-    def _save_checkpoint(self, model, trial) -> None:
-        """Write the checkpoint under a temporary name and rename it once complete (`trl_ada.adapter.checkpoints`),
-        with the pass-rate memory, the side stream's position on every process, and, when saved inside a generation
-        batch, each process's buffer of that batch."""
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staged = StagedCheckpoint(self._get_output_dir(trial=trial), name)
-        streams = None
-        if self.ada_side_prompts is not None:  # every process calls this, so the gather is safe
-            streams = self.ada_collectives.gather_objects([self.ada_side_prompts.stream.state_dict()])
-        if self.args.should_save:
-            staged.clear()
-        self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before it is cleared
-        try:
-            os.makedirs(staged.staged, exist_ok=True)
-            if self.args.should_save:
-                self.ada_memory.save(staged.staged)
-                if streams is not None:
-                    save_stream_states(staged.staged, streams)
-            generate_every = self.args.steps_per_generation * self.num_iterations
-            if self._step % generate_every and self._buffered_inputs is not None:  # inside GRPOTrainer's window
-                index = self.accelerator.process_index
-                save_generation_batch(staged.staged, index, self._step, generate_every, self._buffered_inputs)
-            # The Trainer (and TRL after it) writes into the staging folder; the Hub push waits for the rename.
-            self._get_output_dir = lambda trial=None: staged.root
-            with _swapped(self.args, "push_to_hub", False):
-                super()._save_checkpoint(model, trial)
-        except BaseException:
-            if self.args.should_save:
-                staged.clear()
-            raise
-        finally:
-            self.__dict__.pop("_get_output_dir", None)
-        self._publish_checkpoint(staged)
-
-    def _publish_checkpoint(self, staged: StagedCheckpoint) -> None:
-        """Rename a complete staged checkpoint once every process has written its files, then rotate and push as the
-        Trainer's save would have. Every process returns once the checkpoint has its final name."""
-        if self.state.best_model_checkpoint == staged.staged:  # the Trainer recorded the folder it wrote to
-            self.state.best_model_checkpoint = staged.final
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            if self.state.best_model_checkpoint == staged.final:
-                self.state.save_to_json(os.path.join(staged.staged, TRAINER_STATE_NAME))
-            staged.publish()
-            legacy = getattr(self, "_rotate_checkpoints", None)  # transformers releases before the function
-            rotate_checkpoints(staged.run_dir, self.args.save_total_limit, self.state.best_model_checkpoint, legacy)
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_local_main_process and os.path.isdir(staged.staged):
-            staged.publish()  # a node sharing no file system with a saving process keeps its files, as with Trainer
-        if self.args.push_to_hub:
-            self._push_from_checkpoint(staged.final)
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """[`~transformers.Trainer.train`], after checking that `output_dir` can be written to (on every process: each
-        writes its part of a checkpoint). When resuming, it first checks that the checkpoint is a folder and that
-        Trainer can load it here (`resume_problem`); from a checkpoint already at `max_steps` it trains nothing
-        (Trainer would train one step more) and says so in one line; else it restores the pass-rate memory, the side
-        stream of refill and prompt selection, and the generation batch the checkpoint was saved inside, on every
-        process. Done here rather than in `_load_from_checkpoint`, which DeepSpeed runs never call. A checkpoint
-        written without the memory leaves it empty, with a warning."""
-        self.ada_collectives.raise_everywhere(output_dir_problem(self.args.output_dir), OSError)
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:  # resolved as Trainer.train does; it raises its own error when there is none
-            checkpoint = get_last_checkpoint(self.args.output_dir)
-        if isinstance(checkpoint, str | os.PathLike):
-            self.ada_collectives.raise_everywhere(missing_checkpoint_message(checkpoint), FileNotFoundError)
-            problem = resume_problem(TRANSFORMERS_VERSION, self.args.world_size, self.args.device)
-            self.ada_collectives.raise_everywhere(problem, RuntimeError)
-            step = saved_step(checkpoint)
-            done = None if step is None else nothing_to_train_message(checkpoint, step, self.args.max_steps)
-            if done is not None:  # Trainer would train one step more: keep the checkpoint as it is, train none
-                self._load_from_checkpoint(os.fspath(checkpoint))
-                self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
-                if self.accelerator.is_main_process:
-                    logger.warning(done)
-                return TrainOutput(self.state.global_step, 0.0, {})
-            if not self.ada_memory.load(checkpoint):
-                logger.warning(f"No pass-rate memory in {checkpoint}: every prompt starts again from the prior.")
-            collectives = self.ada_collectives
-            side, where = self.ada_side_prompts, (checkpoint, collectives.num_processes, collectives.process_index)
-            if side is not None and not side.load_stream(*where):
-                logger.warning(f"No prompt-stream state in {checkpoint}: {STREAM_STATE_MISSING}")
-            self._load_generation_batch(load_generation_batch(*where, self.accelerator.device))
-        return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
-
-    def _load_generation_batch(self, saved: dict[str, Any] | None) -> None:
-        """Give GRPOTrainer back the generation batch a checkpoint was saved inside, and its micro-step count, so it
-        trains the rest of that batch as the uninterrupted run did instead of generating it again."""
-        if saved is None:
-            return
-        slices, generate_every = self.args.steps_per_generation, self.args.steps_per_generation * self.num_iterations
-        if saved["generate_every"] != generate_every or len(saved["buffered_inputs"]) != slices:
-            logger.warning(
-                "The checkpoint was saved inside a generation batch made with other steps_per_generation or "
-                "num_iterations: GRPOTrainer generates a new batch, and the pass-rate memory and the side stream take "
-                "it on top of the saved one."
-            )
-            return
-        self._step, self._buffered_inputs = saved["step"], saved["buffered_inputs"]
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """In training, the kept rows' rewards were computed during sampling: return them, gathered."""
         if getattr(self, "_ada_step", None) is None:
@@ -478,54 +354,32 @@ class ReinforceAdaTrainer(GRPOTrainer):
             step = self._ada_step
         finally:
             self._ada_inputs, self._ada_step = None, None
-        advantages, weights = self._pool_advantages(step)
-        output["advantages"] = advantages
-        self._log_step(step, advantages, weights)
+        output["advantages"] = step.advantages.to(self.accelerator.device)
+        self._log_step(step)
         return output
 
-    def _pool_advantages(self, step: _AdaStep) -> tuple[torch.Tensor, torch.Tensor]:
-        args, device, pools = self.args, self.accelerator.device, step.result.kept_pools
-        if args.advantage_baseline == "memory" and self._ada_baseline_mismatch is None:  # warn once, where seen
-            totals = total_reward(step.kept_rewards_per_func, self.reward_weights).tolist()
+    def _check_memory_baseline(self, kept_rewards_per_func: torch.Tensor) -> None:
+        """The memory baseline fits one 0/1 reward: warn once, where the totals show otherwise."""
+        if self.args.advantage_baseline == "memory" and self._ada_baseline_mismatch is None:
+            totals = total_reward(kept_rewards_per_func, self.reward_weights).tolist()
             self._ada_baseline_mismatch = memory_baseline_mismatch(totals=totals)
             if self._ada_baseline_mismatch is not None:
                 logger.warning(self._ada_baseline_mismatch)
-        advantages, weights = pool_advantages(
-            step.kept_rewards_per_func,
-            self.reward_weights,
-            [pool.rewards for pool in pools],
-            [pool.pass_rate for pool in pools],
-            step.p_hat,
-            group_size=self.num_generations,
-            budget=self.ada_schedule.budget,
-            pool_rewards_per_func=step.pool_rewards_per_func,
-            memory_counts=step.memory_counts,
-            **advantage_options(args),
-            gather=self.ada_collectives.gather_tensor,
-        )
-        return advantages.to(device), weights
 
-    def _log_step(self, step: _AdaStep, advantages: torch.Tensor, weights: torch.Tensor) -> None:
-        """Log the step's `ada/*` metrics (and honest `reward*`) from one gather of every process's counts, and show
-        the advantages actually used in the completions table (GRPOTrainer logged its group advantages there)."""
-        args = self.args
-        local = StepCounts.of(
-            step.result, weights.tolist(), step.p_hat, step.first_reward_moments, step.seconds, step.skipped
-        )
-        counts = sum(self.ada_collectives.gather_objects([local]), StepCounts())
-        highest = counts.maxima["highest_reward"]
-        for warning in self._ada_signal_watch.update(highest, counts.tally.resolved):
+    def _log_step(self, step: ComposedStep) -> None:
+        """Log the step's `ada/*` metrics (and honest `reward*`), every process's, and show the advantages actually
+        used in the completions table (GRPOTrainer logged its group advantages there)."""
+        counts, settings = step.counts, self.ada_step_settings
+        for warning in self._ada_signal_watch.update(counts.maxima["highest_reward"], counts.tally.resolved):
             if self.accelerator.is_main_process:  # the counts are every process's: one warning is enough
                 logger.warning(f"\n{warning}")  # on a line of its own, not after the progress bar
-        for name, value in signal_metrics(highest, args.positive_threshold).items():
-            self._metrics["train"][name].append(value)
-        shown = shown_counters(args.refill, args.prompt_selection != "none", args.pilot_size > 0)
-        log_step(self._metrics["train"], counts, self.reward_func_names, shown, len(self.ada_memory))
-        all_advantages = self.ada_collectives.gather_tensor(advantages).tolist()
-        logged = self._logs["advantages"]
-        for _ in range(min(len(all_advantages), len(logged))):
-            logged.pop()
-        logged.extend(all_advantages)
+        log_step(
+            self._metrics["train"],
+            step.signal_metrics(settings),
+            step.first_draw_metrics(self.reward_func_names),
+            step.step_metrics(settings, len(self.ada_memory)),
+        )
+        show_rows(self._logs["advantages"], self.ada_collectives.gather_tensor(step.advantages).tolist())
 
     def _log_lengths(self, lengths: list[int], flags: list[bool], uncounted: int, marks: dict[str, int]) -> None:
         """Make `num_tokens` and `completions/*` (which GRPOTrainer's `_generate` logged per call, over the rows it
@@ -536,49 +390,6 @@ class ReinforceAdaTrainer(GRPOTrainer):
         replace_since(self._metrics["train"], marks, length_metrics(*zip(*gathered, strict=True)))
 
 
-@dataclass
-class _AdaStep:
-    """What a generation batch's sampling hands to the loss and to its step's metrics."""
-
-    result: SamplingResult
-    kept: list  # handles of the kept rows: `num_generations` per prompt slot, in slot order
-    kept_rewards_per_func: torch.Tensor  # (local kept rows, reward functions), NaN where a function returned None
-    p_hat: list[float]  # the memory's pass rate of each prompt, read before this step's update
-    memory_counts: list[tuple[float, float]]  # and its decayed (N_pos, N_total), read then too
-    seconds: tuple[float, float]  # this process's wall time this step: sampling without scoring, and scoring
-    skipped: int = 0  # prompts prompt selection replaced before sampling
-    first_reward_moments: list[Moments] | None = None  # each pool's first num_generations draws (metrics.py)
-    pool_rewards_per_func: list[torch.Tensor] | None = None  # per kept pool (N, reward functions): normalize_then_sum
-
-    @classmethod
-    def of(
-        cls,
-        result: SamplingResult,
-        sampled: Rollouts | Streamed,
-        args: ReinforceAdaConfig,
-        reward_weights: torch.Tensor,
-        rng: random.Random,
-        p_hat: list[float],
-        memory_counts: list[tuple[float, float]],
-        seconds: tuple[float, float],
-        skipped: int,
-    ) -> _AdaStep:
-        """Downsample each kept pool to `num_generations` rows (drawing from `rng`) and keep what the step needs."""
-        group_size = args.num_generations
-        pools = result.kept_pools
-        kept = [pool.samples[i] for pool in pools for i in downsample(pool, group_size, rng, args.downsample)]
-        # Each prompt's first draws in request order, drawn whatever the rewards (see metrics.py): num_generations of
-        # them, or the pilot, after which a prompt may stop.
-        first_count = args.pilot_size or group_size
-        first = [handle for pool in result.pools for handle in pool.samples[:first_count]]
-        first_moments = reward_moments(sampled.rewards_per_func(first), reward_weights)
-        per_func = None
-        if args.multi_objective_aggregation == "normalize_then_sum":
-            per_func = [sampled.rewards_per_func(pool.samples) for pool in pools]
-        kept_rewards = sampled.rewards_per_func(kept)
-        return cls(result, kept, kept_rewards, p_hat, memory_counts, seconds, skipped, first_moments, per_func)
-
-
 def _model_name(model: Any) -> str:
     return model if isinstance(model, str) else get_config_model_id(model.config)
 
@@ -587,14 +398,3 @@ def _as_list(reward_funcs: Any) -> list:
     if reward_funcs is None:
         return []
     return list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-
-
-@contextmanager
-def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """Set one of GRPOTrainer's attributes for the duration of a call of its own code."""
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
@@ -172,16 +171,6 @@ def memory_baseline_mismatch(num_reward_funcs: int = 1, totals: Sequence[float] 
         "not the pass rate its documentation speaks of, and a baseline on another scale than the rewards need not "
         "centre them (more variance). Use advantage_baseline='pool' (or 'group') for these rewards."
     )
-
-
-def advantage_options(config: Any) -> dict[str, Any]:
-    """`pool_advantages`' options, from a `ReinforceAdaConfig`."""
-    return {
-        "baseline": config.advantage_baseline,
-        "scale_rewards": config.scale_rewards,
-        "weighting": config.difficulty_weighting,
-        "max_weight": config.max_difficulty_weight,
-    }
 
 
 def pool_advantages(

@@ -10,7 +10,8 @@ rows' statistics move to `ada/kept_*`.
 
 Completion lengths and tool calls: GRPOTrainer logs them once per generation call, so under rounds a step's
 `completions/*` and `tools/*` became means of per-round means. `length_metrics` and `tool_metrics` compute them once
-over every completion of the step, and `replace_since` puts that one entry where the per-call entries were.
+over every completion of the step; the adapter puts that one entry where the per-call entries were
+(`trl_ada.adapter.trl_logs`).
 
 `StepCounts` is one process's share of the step's `ada/*` metrics, additive across processes; `step_metrics` turns
 the sum into the logged values.
@@ -19,7 +20,7 @@ the sum into the logged values.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -112,29 +113,6 @@ def tool_metrics(calls: int, failures: int, rollouts: int) -> dict[str, float]:
     }
 
 
-def pop_columns(logs: dict[str, list], num_rows: int) -> dict[str, list]:
-    """Take from `logs` (GRPOTrainer's pending `log_extra` columns) the columns of the last call, the ones holding
-    `num_rows` values, so only the kept rows' can be logged."""
-    taken = {key: values for key, values in logs.items() if len(values) == num_rows}
-    for key in taken:
-        del logs[key]
-    return taken
-
-
-def metric_marks(metrics: Mapping[str, list], names: Sequence[str]) -> dict[str, int]:
-    """Where each named metric's entries stand now (`metrics` is one mode of the trainer's `_metrics`)."""
-    return {name: len(metrics[name]) for name in names}
-
-
-def replace_since(metrics: Mapping[str, list], marks: Mapping[str, int], values: Mapping[str, float]) -> None:
-    """Replace each metric's entries appended since `marks` (one per generation call) by its one value `values`
-    gives over the whole step."""
-    for name, value in values.items():
-        entries = metrics[name]
-        del entries[marks.get(name, len(entries)) :]
-        entries.append(value)
-
-
 @dataclass
 class StepCounts:
     """One process's share of a step's `ada/*` metrics; `+` combines processes (in rank order)."""
@@ -203,19 +181,6 @@ def shown_counters(refill: bool, selection: bool, pilot: bool = False) -> list[s
     shown += ["ada/skipped"] if selection else []
     shown += ["ada/pilot_stopped"] if pilot else []
     return shown
-
-
-def log_step(
-    metrics: Mapping[str, list], counts: StepCounts, func_names: Sequence[str], shown: Sequence[str], memory_size: int
-) -> None:
-    """Log a step into `metrics` (the trainer's training metrics): GRPOTrainer's `reward*` entries just logged over
-    the kept rows (which downsampling chose by reward) move to `ada/kept_*` and the first draws' take their place;
-    then `step_metrics` is appended."""
-    for name, value in reward_metrics(counts.first_draws, func_names).items():
-        metrics[f"ada/kept_{name}"].append(metrics[name][-1])
-        metrics[name][-1] = value
-    for name, value in step_metrics(counts, shown, memory_size).items():
-        metrics[name].append(value)
 
 
 def step_metrics(counts: StepCounts, shown: Sequence[str], memory_size: int) -> dict[str, float]:

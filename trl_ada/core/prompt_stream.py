@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .engine import Pool
+from .engine import Pool, Schedule
 from .selection import keep_probability
 
 STREAM_STATE_FILE = "prompt_stream.json"
@@ -124,16 +124,17 @@ class SidePrompts:
         dataset: Any,
         memory: Any,
         key: Callable[[dict[str, Any]], str],
-        schedule: Any,
-        args: Any,
+        schedule: Schedule,
+        seed: int,
+        selection: tuple[float, float] | None = None,
         rank: int = 0,
         world_size: int = 1,
         environments: bool = False,
     ) -> SidePrompts:
         """Side prompts over a training set, drawn by process `rank` of `world_size` from a stream seeded with
-        `args.seed`; the selection test (when `args.prompt_selection` is on) predicts the signal of the schedule's
-        first round. The training set must be a map-style `datasets.Dataset` of text or conversational prompts (a
-        replacement is another row's `prompt` column, found by index)."""
+        `seed`; the selection test (`selection`: its threshold and floor, None without prompt selection) predicts the
+        signal of the schedule's first round. The training set must be a map-style `datasets.Dataset` of text or
+        conversational prompts (a replacement is another row's `prompt` column, found by index)."""
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or not hasattr(
             dataset, "column_names"
         ):
@@ -147,10 +148,10 @@ class SidePrompts:
                 "refill and prompt_selection replace a prompt by another row's `prompt` column; they support text "
                 f"or conversational prompts without images or environments (dataset columns: {columns})."
             )
-        stream = PromptStream(len(dataset), args.seed, rank, world_size)
+        stream = PromptStream(len(dataset), seed, rank, world_size)
         group_size = schedule.round_size(Pool(schedule.positive_threshold), 0)
-        threshold = args.selection_threshold if args.prompt_selection != "none" else None
-        return cls(dataset, stream, memory, key, group_size, threshold, args.selection_floor)
+        threshold, floor = selection if selection is not None else (None, 1.0)
+        return cls(dataset, stream, memory, key, group_size, threshold, floor)
 
     def prepare(
         self,
@@ -159,13 +160,15 @@ class SidePrompts:
         keys: list[str],
         select_rng: random.Random,
         refill_rng: random.Random,
-        args: Any,
+        refill: bool,
+        max_refills: int | None = None,
     ) -> tuple[int, Callable[[int], int | None] | None]:
-        """A batch's prompts before sampling: with `args.prompt_selection`, skipped prompts are replaced in place
-        (`select`); with `args.refill`, the engine gets a refill callback (`refill_fn`). Returns (skipped, refill)."""
-        skipped = self.select(prompts, inputs, keys, select_rng) if args.prompt_selection != "none" else 0
-        refill = self.refill_fn(prompts, inputs, keys, refill_rng, args.max_refills_per_step) if args.refill else None
-        return skipped, refill
+        """A batch's prompts before sampling: with prompt selection (a threshold), skipped prompts are replaced in
+        place (`select`); with `refill`, the engine gets a refill callback (`refill_fn`, at most `max_refills`).
+        Returns (skipped, refill)."""
+        skipped = self.select(prompts, inputs, keys, select_rng) if self.threshold is not None else 0
+        refill_fn = self.refill_fn(prompts, inputs, keys, refill_rng, max_refills) if refill else None
+        return skipped, refill_fn
 
     def select(self, prompts: list, inputs: list[dict[str, Any]], keys: list[str], rng: random.Random) -> int:
         """`prompt_selection="pass_rate"`: replace, in place, each prompt the selection test skips by the next

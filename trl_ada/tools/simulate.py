@@ -37,23 +37,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
+import torch
 
 from ..core.allocation import ALLOCATION_RULES, allocate
 from ..core.engine import (
+    ADAPTIVE_STRATEGIES,
     Pool,
     Request,
     RoundsBackend,
+    SamplingResult,
     Schedule,
     Tally,
-    downsample,
     sample,
     sample_adaptively,
 )
 from ..core.memory import PassRateMemory
 from ..core.prompt_stream import PromptStream, SidePrompts
+from ..core.step import ComposedStep, compose_step
 from .cli import EXIT_USAGE, show_defaults
 from .simulate_report import format_step_times, format_table, plot
-from .simulate_setup import Outcome, PassRates, Strategy, default_strategies, parse_pass_rates
+from .simulate_setup import DEFAULT_RULES, Outcome, PassRates, Strategy, default_strategies, parse_pass_rates
 from .step_time_model import RECORD_SETS, StepWork, fit, parse_parameters, project
 
 # ---------------------------------------------------------------------------------------------------- simulation
@@ -87,8 +90,28 @@ def _identity_score(requests: list[Request], handles: list[float]) -> list[float
     return handles
 
 
-def _final_group(pool: Pool, group_size: int, rng: random.Random) -> list[float]:
-    return [pool.rewards[i] for i in downsample(pool, group_size, rng)]
+_ONE_REWARD = torch.ones(1, dtype=torch.float64)
+
+
+def _reward_column(handles: list[float]) -> torch.Tensor:
+    """The simulator's handles are the 0/1 rewards themselves: one reward function's column."""
+    return torch.tensor(handles, dtype=torch.float64).view(len(handles), 1)
+
+
+def simulated_step(
+    strategy: Strategy, result: SamplingResult, keys: Sequence[str], memory: PassRateMemory | None, rng: random.Random
+) -> ComposedStep:
+    """The core's step (`trl_ada.core.step.compose_step`, as the trainer runs it) on a simulated step's pools: the
+    memory records them, each kept pool is downsampled to the group, with its advantages and the step's counts."""
+    return compose_step(strategy.step_settings, result, keys, memory, _reward_column, _ONE_REWARD, rng)
+
+
+def _step_groups(
+    strategy: Strategy, result: SamplingResult, keys: Sequence[str], memory: PassRateMemory | None, rng: random.Random
+) -> list[list[float]]:
+    """`simulated_step`'s kept groups: each one's rewards."""
+    kept, size = simulated_step(strategy, result, keys, memory, rng).kept, strategy.schedule.group_size
+    return [kept[start : start + size] for start in range(0, len(kept), size)]
 
 
 def _run_engine(strategy: Strategy, epochs: list[_Rewards], batch_size: int, seed: int) -> Outcome:
@@ -100,20 +123,17 @@ def _run_engine(strategy: Strategy, epochs: list[_Rewards], batch_size: int, see
     for rewards in epochs:
         for offset in range(0, len(rewards.pass_rates), batch_size):
             num = min(batch_size, len(rewards.pass_rates) - offset)
-            sizes, keys = None, None
+            sizes, keys = None, [str(i) for i in rewards.prompt_ids[offset : offset + num]]
             if estimate is not None:
-                keys = [str(i) for i in rewards.prompt_ids[offset : offset + num]]
                 p_hat = memory.p_hat_many(keys)
                 sizes = allocate(p_hat, estimate.mean * num, estimate.min_samples, estimate.max_samples, estimate.rule)
             result = sample_adaptively(
                 num, schedule, rewards.generate(offset), _identity_score, first_round_sizes=sizes
             )
-            if memory is not None:
-                memory.update_many((k, p.num_positive, len(p)) for k, p in zip(keys, result.pools, strict=True))
             tally += Tally.of(result.pools)
             rounds.append(result.rounds)
             samples.extend(len(pool) for pool in result.pools)
-            groups.extend(_final_group(pool, schedule.group_size, rng) for pool in result.pools)
+            groups.extend(_step_groups(strategy, result, keys, memory, rng))
     return _outcome(strategy, tally.samples / tally.prompts, np.percentile(samples, 95), rounds, groups, tally)
 
 
@@ -130,8 +150,7 @@ def _run_refill(strategy: Strategy, pass_rates: PassRates, steps: int, batch_siz
             result = sample_adaptively(batch_size, schedule, rewards.generate(0), _identity_score)
             batches += 1
             drawn += sum(len(pool) for pool in result.pools)
-            for pool in result.pools:
-                group = _final_group(pool, schedule.group_size, rng)
+            for group in _step_groups(strategy, result, [str(i) for i in range(batch_size)], None, rng):
                 (kept if len(set(group)) > 1 else dropped).append(group)
         step_groups = (kept + dropped)[:batch_size]  # the cap was hit: top up with groups that carry no signal
         groups.extend(step_groups)
@@ -182,14 +201,13 @@ def _run_side_stream(
 
             num = len(ids)
             result = sample(num, schedule, RoundsBackend(generate), _identity_score, refill=refill)
-            memory.update_many((str(ids[i]), p.num_positive, len(p)) for i, p in enumerate(result.pools))
+            groups.extend(_step_groups(strategy, result, [str(i) for i in ids], memory, rng))  # the memory too
             kept = result.kept_pools
             tally += Tally.of(kept)
             rounds.append(result.rounds)
             step_samples = sum(len(pool) for pool in result.pools)
             drawn, trained = drawn + step_samples, trained + num
             samples.append(step_samples / num)
-            groups.extend(_final_group(pool, schedule.group_size, rng) for pool in kept)
     return _outcome(strategy, drawn / trained, np.percentile(samples, 95), rounds, groups, tally)
 
 
@@ -414,7 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="DAPO: cap on generation batches per step; 0 leaves DAPO out (default: 10)",
     )
     parser.add_argument(
-        "--rules", nargs="*", default=["positive", "balanced"], choices=["positive", "balanced"], help="Ada rules"
+        "--rules",
+        nargs="*",
+        default=list(DEFAULT_RULES),
+        choices=ADAPTIVE_STRATEGIES,  # every adaptive exit rule the engine's registry holds
+        help="Ada rules",
     )
     parser.add_argument(
         "--round-sizing", nargs="*", default=["fixed", "posterior"], choices=["fixed", "posterior"], dest="sizings"

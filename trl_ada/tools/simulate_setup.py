@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ..core.allocation import ALLOCATION_RULES
-from ..core.engine import ExitRule, Schedule
+from ..core.engine import ADAPTIVE_STRATEGIES, ExitRule, Schedule, is_adaptive
 from ..core.memory import PassRateMemory
+from ..core.step import StepSettings
 
 Draw = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -157,10 +158,26 @@ class Strategy:
     def uses_side_stream(self) -> bool:
         return self.refill or self.selection is not None
 
+    @property
+    def step_settings(self) -> StepSettings:
+        """What the core's step reads (`trl_ada.core.step`): the trainer's defaults for this schedule, one 0/1
+        reward, balanced downsampling."""
+        schedule = self.schedule
+        return StepSettings(
+            schedule.group_size,
+            schedule.budget,
+            positive_threshold=schedule.positive_threshold,
+            refill=self.refill or self.refill_batches > 0,
+            selection=self.selection is not None,
+        )
+
 
 def sequential_limit(schedule: Schedule) -> Schedule:
     """The same exit rule and budget, one sample per round: no overshoot."""
     return replace(schedule, samples_per_round=1, max_rounds=schedule.budget, round_sizing="fixed")
+
+
+DEFAULT_RULES = ("positive", "balanced")  # the paper's two rules; any adaptive rule of `EXIT_RULES` may be asked for
 
 
 def default_strategies(
@@ -170,7 +187,7 @@ def default_strategies(
     grpo_sizes: Sequence[int] = (4, 8, 16),
     refill_batches: int = 10,
     round_sizings: Sequence[str] = ("fixed", "posterior"),
-    rules: Sequence[str] = ("positive", "balanced"),
+    rules: Sequence[str] = DEFAULT_RULES,
     min_positives: int | None = None,
     min_negatives: int | None = None,
     estimate_means: Sequence[int] = (),
@@ -184,6 +201,8 @@ def default_strategies(
         dapo = Schedule.from_strategy("uniform", group_size)
         strategies.append(Strategy(f"dapo-{group_size}", dapo, refill_batches=refill_batches))
     for rule in rules:
+        if not is_adaptive(rule):  # the registry's adaptive rules (uniform is GRPO, above)
+            raise ValueError(f"Unknown Ada rule {rule!r}; expected one of {tuple(ADAPTIVE_STRATEGIES)}.")
         for sizing in round_sizings:
             schedule = Schedule.from_strategy(
                 rule, group_size, samples_per_round, max_rounds, 0.5, min_positives, min_negatives, sizing

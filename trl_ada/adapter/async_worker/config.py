@@ -9,13 +9,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.engine import (
+    STRATEGIES,
     ExitRule,
     Schedule,
 )
 from ...core.memory import PassRateMemory
+from ...core.step import StepSettings
 from ..config import ReinforceAdaConfig
-from ..config_fields import pass_rate_memory, sampling_schedule
-from ..config_validation import _check_exit_and_budget, _check_odc_downsample, _check_pilot, _check_prompt_source
+from ..config_fields import pass_rate_memory, sampling_schedule, step_settings
+from ..config_validation import (  # the synchronous config's own rules, so both configs refuse alike, in its words
+    _check_exit_and_budget,
+    _check_odc_downsample,
+    _check_pilot,
+    _check_prompt_source,
+)
 
 _ADA_FIELDS = {f.name: f for f in dataclasses.fields(ReinforceAdaConfig)}
 
@@ -26,7 +33,7 @@ def _ada_field(name: str, choices: Sequence[str] | None = None) -> Any:
     source = _ADA_FIELDS[name]
     metadata = dict(source.metadata)
     if choices is not None:
-        metadata["choices"] = list(choices)
+        metadata["choices"] = choices
     return field(default=source.default, metadata=metadata)
 
 
@@ -43,7 +50,7 @@ class AdaRolloutConfig:
     bounds how long the trainer can wait), and prompt selection skips a prompt by moving on to the next prompt of the
     dataset rather than drawing a replacement from a side stream."""
 
-    sampling_strategy: str = _ada_field("sampling_strategy", ("balanced", "positive", "uniform"))
+    sampling_strategy: str = _ada_field("sampling_strategy", STRATEGIES)  # every exit rule (the registry), no Est
     samples_per_round: int = _ada_field("samples_per_round")
     max_rounds: int = _ada_field("max_rounds")
     round_sizing: str = _ada_field("round_sizing")
@@ -115,6 +122,11 @@ class AdaRolloutConfig:
 
     def pass_rate_memory(self) -> PassRateMemory:
         return pass_rate_memory(self)
+
+    def step_settings(self, num_generations: int) -> StepSettings:
+        """The algorithm's fields a step reads (`trl_ada.core.step`): one prompt's group at a time, no
+        `normalize_then_sum`."""
+        return step_settings(self, num_generations, self.schedule(num_generations).budget)
 
 
 class _CheckView:

@@ -19,22 +19,22 @@ import numpy as np
 import torch
 from trl.trainer.utils import is_async_callable
 
-from ...core.advantages import pool_advantages, total_reward
+from ...core.advantages import total_reward
 from ...core.engine import (
     Pilot,
     Pool,
     StreamSession,
-    downsample,
     has_signal,
     streaming_session,
 )
-from ...core.memory import memory_key, memory_updates
+from ...core.memory import memory_key
 from ...core.prompt_stream import SidePrompts
 from ...core.selection import keep_probability, pilot_stop_rule
+from ...core.step import ComposedStep, compose_step
 from ..checks import refill_filter_column
 from .bookkeeping import AdaGroup, Completion, RequestSlots, TaskBackend
 from .config import AdaRolloutConfig
-from .seams import (
+from .seams import (  # TRL's private loop, the seam this package subclasses, and its array rows (seams.py)
     RolloutSample,
     _as_row,
     _AsyncRolloutLoop,
@@ -49,6 +49,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self.ada = ada or AdaRolloutConfig()
         self.ada.validate(self.num_generations)
         self.ada_schedule = self.ada.schedule(self.num_generations)
+        self.ada_step_settings = self.ada.step_settings(self.num_generations)
         self.ada_memory = self.ada.pass_rate_memory()
         self._ada_rng = random.Random(self.ada.seed)
         # Selection draws from its own RNG, so turning it on leaves the downsampling draws as they were.
@@ -328,32 +329,33 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return [math.nan if value is None else float(value) for value in values]
 
     async def _score_group(self, group: AdaGroup) -> list[RolloutSample]:  # type: ignore[override]
-        """Downsample the pool, compute the kept rows' pool advantages, update the memory, build the samples."""
-        pool, n, ada = group.pool, self.num_generations, self.ada
-        kept = [pool.samples[i] for i in downsample(pool, n, self._ada_rng, ada.downsample)]
-        key = self._memory_key(group.row)
-        p_hat = self.ada_memory.p_hat(key)  # before this pool is recorded (ODC's weight needs it so)
-        num_funcs = len(kept[0].rewards_per_func)
-        advantages, weights = pool_advantages(
-            torch.tensor([c.rewards_per_func for c in kept], dtype=torch.float64),
-            torch.ones(num_funcs, dtype=torch.float64),
-            [pool.rewards],
-            [pool.pass_rate],
-            [p_hat],
-            group_size=n,
-            budget=self.ada_schedule.budget,
-            baseline=ada.advantage_baseline,
-            scale_rewards=ada.scale_rewards,
-            weighting=ada.difficulty_weighting,
-            max_weight=ada.max_difficulty_weight,
-        )
-        self.ada_memory.update_many(memory_updates([key], [pool]))  # dropped groups too: the memory saw them
+        """The core's step on this prompt's pool (`trl_ada.core.step.compose_step`: the memory, downsampling, pool
+        advantages), then refill's drop and the samples."""
+        step = self.compose_step(group)
+        pool, kept = group.pool, step.kept
         dropped = self._drops(pool)
-        self._push_ada_metrics(group, kept, float(weights[0]), dropped)
+        self._push_ada_metrics(group, kept, float(step.weights[0]), dropped)
         if dropped:
             return []
         version = min(c.model_version for c in kept)  # the oldest kept completion sets the group's staleness
-        return self._samples(group.group_id, kept, advantages.tolist(), version)
+        return self._samples(group.group_id, kept, step.advantages.tolist(), version)
+
+    def compose_step(self, group: AdaGroup) -> ComposedStep:
+        """One prompt's step through the core, as the synchronous trainer composes a batch's: the memory records the
+        pool (dropped groups too: the memory saw them), which is downsampled to the group with its pool advantages.
+        The rewards are summed with weight 1 each, as TRL's asynchronous loop sums them."""
+        num_funcs = len(group.pool.samples[0].rewards_per_func)
+        return compose_step(
+            self.ada_step_settings,
+            group.result,
+            [self._memory_key(group.row)],
+            self.ada_memory,
+            lambda handles: torch.tensor([c.rewards_per_func for c in handles], dtype=torch.float64).view(
+                len(handles), num_funcs
+            ),
+            torch.ones(num_funcs, dtype=torch.float64),
+            self._ada_rng,
+        )
 
     def _drops(self, pool: Pool) -> bool:
         """Refill, the asynchronous way: whether to keep this pool's group from the trainer because it has no signal

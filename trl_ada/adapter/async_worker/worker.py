@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import AdaRolloutConfig
 from .loop import AdaRolloutLoop
-from .seams import (
+from .seams import (  # TRL's private loop class, the seam this package replaces (seams.py)
     AsyncRolloutWorker,
     _AsyncRolloutLoop,
     check_async_trl_version,

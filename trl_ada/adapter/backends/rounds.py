@@ -16,8 +16,7 @@ import torch
 
 from ...core.advantages import total_reward
 from ...core.engine import Pilot, RefillFn, Request, RoundsBackend, SamplingResult, sample
-from ..compat import GenerationOutput
-from ..step_io import Collectives, StepIO
+from ..step_io import Collectives, GenerationOutput, StepIO
 
 
 def sample_in_rounds(

@@ -13,8 +13,7 @@ import torch
 
 from ...core.advantages import total_reward
 from ...core.engine import Pilot, RefillFn, Request, SamplingResult, sample
-from ..compat import GenerationOutput
-from ..step_io import StepIO
+from ..step_io import GenerationOutput, StepIO
 from .base import TokenBackend
 
 IMAGES_REFUSED = "rollout_schedule='streaming' does not take image prompts yet; use rollout_schedule='rounds'."

@@ -46,20 +46,37 @@ from .backend import (
 )
 from .downsample import DOWNSAMPLES, downsample
 from .pool import Pool, SamplingResult, Tally, has_signal
-from .rules import STRATEGIES, ExitRule, Pilot
+from .rules import (
+    ADAPTIVE_STRATEGIES,
+    ESTIMATE,
+    EXIT_RULES,
+    SAMPLING_STRATEGIES,
+    STRATEGIES,
+    ExitRule,
+    ExitRuleSpec,
+    Pilot,
+    is_adaptive,
+    register_exit_rule,
+    unregister_exit_rule,
+)
 from .sampler import ROLLOUT_SCHEDULES, sample, sample_adaptively
 from .schedule import ROUND_SIZINGS, Schedule, expected_remaining_draws, posterior_round_size
 from .streaming import POOL_ORDERS, StreamSession, streaming_session
 
 __all__ = [
+    "ADAPTIVE_STRATEGIES",
     "DOWNSAMPLES",
+    "ESTIMATE",
+    "EXIT_RULES",
     "POOL_ORDERS",
     "ROLLOUT_SCHEDULES",
     "ROUND_SIZINGS",
+    "SAMPLING_STRATEGIES",
     "STRATEGIES",
     "Backend",
     "Draw",
     "ExitRule",
+    "ExitRuleSpec",
     "Finished",
     "GenerateFn",
     "Pilot",
@@ -76,8 +93,11 @@ __all__ = [
     "downsample",
     "expected_remaining_draws",
     "has_signal",
+    "is_adaptive",
     "posterior_round_size",
+    "register_exit_rule",
     "sample",
     "sample_adaptively",
     "streaming_session",
+    "unregister_exit_rule",
 ]

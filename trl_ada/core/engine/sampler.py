@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from .backend import Backend, GenerateFn, RefillFn, RoundsBackend, ScoreFn, SignalFn
 from .pool import SamplingResult, has_signal
-from .rounds import _sample_in_rounds
+from .rounds import _sample_in_rounds  # the rounds loop, private to the engine: `sample` is its entry point
 from .rules import Pilot
 from .schedule import Schedule
 from .streaming import POOL_ORDERS, streaming_session

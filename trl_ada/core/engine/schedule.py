@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..hints import budget_hint
 from .pool import Pool
-from .rules import ExitRule
+from .rules import ESTIMATE, ExitRule, is_adaptive
 
 ROUND_SIZINGS = ("fixed", "posterior")
 
@@ -80,9 +80,9 @@ class Schedule:
         whose per-prompt sizes the caller passes to `sample_adaptively` (`first_round_sizes`); `samples_per_round`
         is then the most any prompt may get."""
         rule = ExitRule.for_strategy(strategy, group_size, min_positives, min_negatives)
-        if strategy == "uniform":
+        if not is_adaptive(strategy) and strategy != ESTIMATE:  # plain GRPO: one group
             samples_per_round, max_rounds, round_sizing = group_size, 1, "fixed"
-        elif strategy == "estimate":
+        elif strategy == ESTIMATE:
             max_rounds, round_sizing = 1, "fixed"
         return cls(group_size, samples_per_round, max_rounds, rule, positive_threshold, round_sizing, prior)
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+# `_refilled`, `_is_finished`, `_mark_resolved`: the engine's own helpers, shared by its two loops (rounds, streaming).
 from .backend import Backend, Draw, Finished, RefillFn, Request, ScoreFn, SignalFn, _refilled
 from .pool import Pool, SamplingResult, has_signal
 from .rules import Pilot
