@@ -181,8 +181,8 @@ def test_a_registered_exit_rule_is_accepted_everywhere_and_runs_through_the_engi
     AdaRolloutConfig(sampling_strategy="two_positives").validate(4)
     names = [s.name for s in default_strategies(grpo_sizes=(), refill_batches=0, rules=("two_positives",))]
     assert names == [
-        "Ada two_positives 8x4",
-        "Ada two_positives posterior, 4 rounds",
+        "seq-two_positives-8x4",
+        "seq-two_positives-8x4-posterior",
         "sequential limit (two_positives)",
     ]
 
