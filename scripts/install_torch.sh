@@ -32,8 +32,9 @@ say() { echo "install_torch: $*"; }
 # The torch the venv imports once pip is done: after a fallback to the default index it may be the CUDA build, and a
 # torch already installed may have satisfied the requirement, so the index alone does not say which one it is.
 report() {
-    local found
-    if ! found=$("$python" - 2>&1 <<'EOF'
+    local found errors
+    errors=$(mktemp)  # apart from stdout: torch may warn on import (no numpy yet), which is not its version
+    if ! found=$("$python" - 2>"$errors" <<'EOF'
 import torch
 
 if torch.version.cuda:
@@ -45,9 +46,11 @@ else:
 print(f"torch {torch.__version__} ({build} build)")
 EOF
     ); then
-        say "pip installed $requirement, but torch does not import: ${found##*$'\n'}"
+        say "pip installed $requirement, but torch does not import: $(tail -n 1 "$errors")"
+        rm -f "$errors"
         exit 1
     fi
+    rm -f "$errors"
     say "installed $found"
 }
 

@@ -41,7 +41,8 @@ if os.environ.get("FAKE_TORCH_BROKEN"):
     (torch / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: cannot open shared object file')")
 else:
     version, cuda = ("2.13.0+cpu", None) if cpu else ("2.13.0", "12.8")
-    (torch / "__init__.py").write_text(f"from . import version\\n__version__ = {{version!r}}")
+    warn = "import sys\\nsys.stderr.write('functional_tensor.py:368: UserWarning: Failed to initialize NumPy\\\\n')\\n"
+    (torch / "__init__.py").write_text(warn + f"from . import version\\n__version__ = {{version!r}}")
     (torch / "version.py").write_text(f"cuda = {{cuda!r}}\\nhip = None")
 """
 CPU_BUILD = "install_torch: installed torch 2.13.0+cpu (CPU build)"
