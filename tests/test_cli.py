@@ -137,3 +137,34 @@ def test_eval_default_benchmarks_are_the_ones_it_can_load():
     assert [spec.name for spec, _ in chosen] == list(evaluate.DEFAULT_BENCHMARKS)
     help_text = " ".join(evaluate.build_parser().format_help().split())
     assert "else the Hub sets math500,minerva,olympiadbench; aime_like needs --benchmark NAME=PATH" in help_text
+
+
+def test_a_rejected_value_is_the_only_line_a_real_process_prints():
+    """From a shell, as a user runs it: nothing before the one-line error, not even the deprecation warnings
+    transformers raises for TRL's own gradient-checkpointing names (`cli.LIBRARY_DEPRECATIONS`)."""
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "default"}  # warnings shown as a user sees them
+    command = [sys.executable, "-m", "trl_ada.tools.cli", "train", "--config", "toy-cpu", "--temperature", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "trl-ada train: error: temperature must be a number > 0 (completions are sampled), got 0.0."
+    ]
+
+
+def test_the_quieted_warnings_are_the_gradient_checkpointing_deprecations_only():
+    from trl_ada.tools.cli import LIBRARY_DEPRECATIONS
+
+    for quieted in (
+        "`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` instead.",
+        "`is_gradient_checkpointing` is deprecated and will be removed in v6.",
+        "`gradient_checkpointing_enable` is deprecated and will be removed in v6.",
+        "`gradient_checkpointing_disable` is deprecated and will be removed in v6.",
+    ):
+        assert re.match(LIBRARY_DEPRECATIONS, quieted), quieted
+    kept_warnings = ("`evaluation_strategy` is deprecated", "`use_cache=True` is incompatible with checkpointing")
+    for kept in kept_warnings:
+        assert not re.match(LIBRARY_DEPRECATIONS, kept), kept

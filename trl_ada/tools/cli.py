@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -68,6 +69,16 @@ def usage() -> str:
     )
 
 
+# transformers 5 deprecates its gradient-checkpointing names, which TRL's own GRPOConfig default and trainer still use:
+# every command would print that warning, before its one-line error too, for nothing the user set or can change.
+LIBRARY_DEPRECATIONS = r".*`?(is_)?gradient_checkpointing(_enable|_disable)?`? is deprecated"
+
+
+def quiet_library_deprecations() -> None:
+    """Hide the transformers deprecation warnings TRL's own calls raise (`LIBRARY_DEPRECATIONS`); nothing else."""
+    warnings.filterwarnings("ignore", message=LIBRARY_DEPRECATIONS, category=FutureWarning)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``trl-ada <command> [options]`` and return its exit code (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -83,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         print(f"trl-ada: error: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return EXIT_USAGE
+    quiet_library_deprecations()
     if command == "demo":  # before anything imports torch: its kernels and MKL's are chosen when it loads
         from . import reproducible
 
