@@ -21,7 +21,7 @@ probability 2 / max-tokens) or, with `--fixed`, to the limit. The methods, each 
   through the backend, scored with the pass-rate reward of `trl_ada.tools.sized_model`.
 
 Each continuous-batching run opens its own manager (as a training step does), with a cache sized by
-`trl_ada.adapter.backends.continuous_batching.cache_size` for its rows. Printed: seconds per method (median), tokens,
+`trl_ada.adapter.engines.continuous_batching.cache_size` for its rows. Printed: seconds per method (median), tokens,
 tokens per second, and for the streaming run the events read, cancellations sent and aborted draws let finish.
 
 Continuous batching generates in a background thread, which Python's own profiler does not see: `--summarize`
@@ -45,8 +45,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from trl_ada.adapter.backends.continuous_batching import cache_size, continuous_batching_backend
 from trl_ada.adapter.compat import continuous_batching_cache
+from trl_ada.adapter.engines.continuous_batching import cache_size, continuous_batching_backend
 from trl_ada.core.engine import RoundsBackend, Schedule, sample
 from trl_ada.tools.sized_model import SHAPES, build_model, pass_rate_reward, random_prompts, word_tokenizer
 

@@ -122,7 +122,7 @@ def timed_trainers(clock: SectionClock) -> tuple[type, type]:
 @contextlib.contextmanager
 def timed_internals(clock: SectionClock) -> Iterator[None]:
     """Time the engine and advantage functions where the trainer looks them up, restoring them afterwards."""
-    from trl_ada.adapter.backends import rounds
+    from trl_ada.adapter.schedules import rounds
     from trl_ada.core import step as module  # the step the trainer composes: downsampling and advantages
     from trl_ada.core.engine import Tally
 

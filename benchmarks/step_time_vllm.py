@@ -10,7 +10,7 @@ Opt-in: it needs vLLM (or a running server) and aiohttp, so CI never runs it (CI
 its table, `tests/test_step_time_vllm.py`). The GPU version, against a real model: `scripts/step_time_gpu.sh`.
 
 Every method runs the trainer's scheduler (`trl_ada.core.engine.sample`) over the same client, the streaming vLLM
-server backend (`trl_ada.adapter.backends.vllm_server.VLLMServerBackend`): one streamed `/v1/completions` request per
+server backend (`trl_ada.adapter.engines.vllm_server.VLLMServerBackend`): one streamed `/v1/completions` request per
 draw, aborts close the connection. Rounds go through it too, with `rollout="rounds"`: the engine submits a whole round
 and calls `wait` until every draw of the round is back (a barrier), so rounds and streaming differ only in the
 schedule, not in the client code, the HTTP path or the server. (TRL's own rounds client, `VLLMClient.generate`, sends
@@ -190,7 +190,7 @@ def sampling_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_step(method: Method, task: Task, url: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     """One generation step of `method` through a fresh streaming backend; what it did and how long it took."""
-    from trl_ada.adapter.backends.vllm_server import VLLMServerBackend
+    from trl_ada.adapter.engines.vllm_server import VLLMServerBackend
 
     before = quiesce(url)
     backend = VLLMServerBackend(

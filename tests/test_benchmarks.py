@@ -880,7 +880,7 @@ def test_learning_per_token_testbed_only_trains_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_overhead_tiny_run_times_both_layers_and_restores_the_trainer(toy_cold_dir, tmp_path):
-    from trl_ada.adapter.backends import rounds
+    from trl_ada.adapter.schedules import rounds
     from trl_ada.core import advantages, engine, step
 
     originals = {"of": engine.Tally.__dict__["of"], "metrics": engine.Tally.metrics, "add": rounds.Rollouts.add}

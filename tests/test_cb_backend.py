@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trl_ada.adapter.backends.continuous_batching import (
+from trl_ada.adapter.engines.continuous_batching import (
     FINISH_MARGIN,
     ContinuousBatchingBackend,
     cache_size,

@@ -451,7 +451,7 @@ def test_cli_bad_input_fails_with_the_cause_and_no_traceback(toy_cold_dir, tmp_p
 @pytest.mark.slow
 def test_pools_hold_row_numbers_and_rollouts_hold_token_ids_and_text(toy_cold_dir, tmp_path, monkeypatch):
     from trl_ada.adapter import trainer as trainer_module
-    from trl_ada.adapter.backends.rounds import Rollouts
+    from trl_ada.adapter.schedules.rounds import Rollouts
 
     seen = []
     select = Rollouts.select

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from trl_ada.adapter.backends.rounds import sample_in_rounds
+from trl_ada.adapter.schedules.rounds import sample_in_rounds
 from trl_ada.adapter.step_io import Collectives, GenerationOutput, StepIO
 from trl_ada.core.engine import Schedule
 

@@ -14,7 +14,7 @@ from step_time_vllm import Scorer, Task, interleaved, methods, parse_args
 from step_time_vllm_report import details_table, markdown_table, report_text, summarise
 from step_time_vllm_server import parse_metrics
 
-from trl_ada.adapter.backends.base import Completion
+from trl_ada.adapter.engines.base import Completion
 from trl_ada.core.engine import Finished, Schedule, sample
 from trl_ada.tools.rewards import toy_reward
 

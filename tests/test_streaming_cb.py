@@ -9,10 +9,10 @@ import torch
 from test_trainer import ada_logs, bernoulli_reward, keyed_dataset, make_trainer
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
 
-import trl_ada.adapter.backends.streaming as streaming_module
+import trl_ada.adapter.schedules.streaming as streaming_module
 from trl_ada import ReinforceAdaConfig
-from trl_ada.adapter.backends.continuous_batching import ContinuousBatchingBackend
 from trl_ada.adapter.compat import continuous_batching_cache
+from trl_ada.adapter.engines.continuous_batching import ContinuousBatchingBackend
 from trl_ada.core.engine import Schedule, expected_remaining_draws
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Streaming in vLLM server mode (`trl_ada.adapter.backends.vllm_server`) against a stand-in server
+"""Streaming in vLLM server mode (`trl_ada.adapter.engines.vllm_server`) against a stand-in server
 (`standin_vllm_server`): the backend on its own (event format, aborts, retries, timeouts), then real `trainer.train()`
 runs on the toy model on one and two processes."""
 
@@ -18,7 +18,7 @@ from test_multiprocess import launch_two_processes, rank_outputs
 from test_trainer import ada_logs, keyed_dataset, make_trainer
 
 from trl_ada import ReinforceAdaTrainer
-from trl_ada.adapter.backends.vllm_server import (
+from trl_ada.adapter.engines.vllm_server import (
     KEEPALIVE_SECONDS,
     VLLMServerBackend,
     VLLMServerError,
@@ -88,7 +88,7 @@ class ClientRecord:
     many events were still in transit when a request was aborted."""
 
     def __init__(self, monkeypatch):
-        from trl_ada.adapter.backends import vllm_server
+        from trl_ada.adapter.engines import vllm_server
 
         self.parsed: dict[str, list[int]] = {}
         self.returned: set[str] = set()
@@ -465,7 +465,7 @@ def test_training_steps_under_each_rule_and_sizing(toy_cold_dir, tmp_path, strat
 
 def streaming_sample_caller():
     """The module whose `sample` (trl_ada.core.engine's) the trainer's streaming schedule calls."""
-    for name in ("trl_ada.adapter.backends.streaming", "trl_ada.adapter.trainer"):
+    for name in ("trl_ada.adapter.schedules.streaming", "trl_ada.adapter.trainer"):
         try:
             module = importlib.import_module(name)
         except ImportError:

@@ -14,12 +14,12 @@ Rounds (`rollout_schedule="rounds"`), with a scripted reward:
 Streaming (`rollout_schedule="streaming"`), with a reward read off each completion ("a" is never right, "b" always,
 "c" when its token ids sum to an even number):
 
-- colocate (`trl_ada.adapter.backends.vllm_colocate`): the in-process `LLMEngine` driven request by request; its own
+- colocate (`trl_ada.adapter.engines.vllm_colocate`): the in-process `LLMEngine` driven request by request; its own
   `add_request`, `step` and `abort_request` are wrapped to record each request's life. Balanced rule (one step, the
   engine running 4 sequences at a time) and positive rule (two steps, 2 sequences at a time and 16 tokens per engine
   step, so requests queue and start a step apart: the always-right prompt's queued and running requests are aborted,
   with the tokens of the running one counted).
-- server (`trl_ada.adapter.backends.vllm_server`): one streamed `/v1/completions` request per draw to the same `trl
+- server (`trl_ada.adapter.engines.vllm_server`): one streamed `/v1/completions` request per draw to the same `trl
   vllm-serve` (which runs one sequence at a time, `--max-num-seqs 1`, so that streamed requests queue; the rounds test
   does not depend on it). Positive rule, two steps, 32-token completions; the server's log (INFO level with
   `--enable-log-requests`: importing trl sets VLLM_LOGGING_LEVEL=ERROR) and its Prometheus metrics are read back. And
@@ -409,7 +409,7 @@ class StreamSpy:
         records the HTTP request id of each returned draw (`server_finished`) and aborted draw (`server_aborts`,
         with whether its stream was still open; the id is "" for a draw aborted before its request was sent), to
         find them in the server's log."""
-        from trl_ada.adapter.backends.vllm_server import VLLMServerBackend
+        from trl_ada.adapter.engines.vllm_server import VLLMServerBackend
 
         submit, finished, abort = VLLMServerBackend.submit, VLLMServerBackend._finished, VLLMServerBackend.abort
         cancel = VLLMServerBackend._cancel
@@ -837,7 +837,7 @@ def test_server_streaming_events_match_the_non_streamed_response(vllm_server, to
     import requests
     from trl.generation.vllm_client import parse_logprobs
 
-    from trl_ada.adapter.backends.vllm_server import VLLMServerBackend, parse_event
+    from trl_ada.adapter.engines.vllm_server import VLLMServerBackend, parse_event
     from trl_ada.core.engine import Draw as EngineDraw
 
     tokenizer = AutoTokenizer.from_pretrained(toy_cold_dir)

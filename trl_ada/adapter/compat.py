@@ -294,26 +294,26 @@ def rollout_state_kept(trainer: Any) -> Iterator[None]:
 
 @contextmanager
 def open_streaming_engine(trainer: Any, prompt_ids: list[list[int]]) -> Iterator[Any]:
-    """The trainer's streaming backend for one generation batch (`trl_ada.adapter.backends`, imported on use: vLLM is
+    """The trainer's streaming backend for one generation batch (`trl_ada.adapter.engines`, imported on use: vLLM is
     optional): vLLM server, colocated vLLM, or transformers' continuous batching, each as GRPOTrainer configures its
     own generation; vLLM's weights synced once per step first, as GRPOTrainer does."""
     sync_vllm_weights(trainer)
     args = trainer.args
     if trainer.use_vllm and args.vllm_mode == "server":
-        from .backends.vllm_server import sampling_payload, vllm_server_backend
+        from .engines.vllm_server import sampling_payload, vllm_server_backend
 
         sampling = sampling_payload(getattr(trainer, "vllm_generation", None) or trainer, args)
         with vllm_server_backend(args, prompt_ids, sampling, trainer.accelerator.process_index) as backend:
             yield backend
     elif trainer.use_vllm:
-        from .backends.vllm_colocate import sampling_params, vllm_colocate_backend
+        from .engines.vllm_colocate import sampling_params, vllm_colocate_backend
 
         params = sampling_params(trainer.vllm_generation)
         with awake_colocated_vllm(trainer.vllm_generation) as llm:
             with vllm_colocate_backend(llm.llm_engine, params, prompt_ids) as backend:
                 yield backend
     else:
-        from .backends.continuous_batching import continuous_batching_backend
+        from .engines.continuous_batching import continuous_batching_backend
 
         config, budget = trainer.continuous_batching_config, trainer.max_completion_length
         with model_for_generation(trainer) as model:

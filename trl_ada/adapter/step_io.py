@@ -1,6 +1,6 @@
 """The one interface between `ReinforceAdaTrainer` and a generation batch's sampling code.
 
-The two schedules in `trl_ada.adapter.backends` (`rounds.py`, `streaming.py`) sample a batch's prompts through TRL's
+The two schedules in `trl_ada.adapter.schedules` (`rounds.py`, `streaming.py`) sample a batch's prompts through TRL's
 generation paths and reward functions, on one process among several. They receive a `StepIO`, never the trainer:
 every value they read and every action they take on the trainer or on TRL is one field of it, built by the trainer
 once per generation batch (`ReinforceAdaTrainer._step_io`). What they hand back (pools, kept rows, lengths, token
@@ -23,7 +23,7 @@ from accelerate.utils import gather, gather_object
 
 if TYPE_CHECKING:
     from ..core.engine import Pool, Schedule, SignalFn
-    from .backends.base import TokenBackend
+    from .engines.base import TokenBackend
 
 
 class GenerationOutput(NamedTuple):

@@ -22,8 +22,6 @@ from ..core.metrics import length_metrics, tool_metrics
 from ..core.prompt_stream import SidePrompts, retarget_rows
 from ..core.selection import pilot_stop_rule
 from ..core.step import ComposedStep, compose_step
-from .backends.rounds import sample_in_rounds
-from .backends.streaming import sample_streaming
 from .checks import (
     ContextCheck,
     RewardFunctionError,
@@ -53,6 +51,8 @@ from .compat import (
 )
 from .config import ReinforceAdaConfig
 from .model_names import check_model_name
+from .schedules.rounds import sample_in_rounds
+from .schedules.streaming import sample_streaming
 from .step_io import Collectives, GenerationOutput, StepIO
 from .trainer_checkpoints import CheckpointSeams
 from .trl_logs import LENGTH_METRICS, TOOL_METRICS, log_step, metric_marks, pop_columns, replace_since, show_rows

@@ -40,7 +40,7 @@ from transformers import TrainerCallback  # noqa: E402  (after the offline setti
 BACKENDS = ("transformers", "continuous_batching")
 # transformers' default sizes the KV cache from free memory (gigabytes to zero-fill on a CPU, most of a GPU, which
 # would swamp the peak-memory reading): the check sizes it from the model and the step instead
-# (`trl_ada.adapter.backends.continuous_batching.cache_size`), for every row a run can have in flight at once.
+# (`trl_ada.adapter.engines.continuous_batching.cache_size`), for every row a run can have in flight at once.
 ADA_BUDGET = 8 * 4  # samples_per_round x max_rounds: the most draws of one prompt
 MIN_CB_TRANSFORMERS = "5.8.0"  # TRL's `use_transformers_continuous_batching` needs it
 NEW_TOKENS = 8  # max_completion_length
@@ -291,9 +291,9 @@ def continuous_batching_settings(
     model_config: Any, rows: int, prompt_length: int, completion_length: int, dtype: str
 ) -> dict[str, Any]:
     """`use_transformers_continuous_batching` with a KV cache sized from the model for `rows` sequences in flight
-    (`trl_ada.adapter.backends.continuous_batching.cache_size`), in the installed transformers' names."""
-    from ..adapter.backends.continuous_batching import cache_size
+    (`trl_ada.adapter.engines.continuous_batching.cache_size`), in the installed transformers' names."""
     from ..adapter.compat import continuous_batching_cache
+    from ..adapter.engines.continuous_batching import cache_size
 
     size = cache_size(model_config, rows, prompt_length, completion_length, dtype_bytes=4 if dtype == "fp32" else 2)
     cache = continuous_batching_cache(size.num_blocks, size.page_size, size.max_batch_tokens)

@@ -47,7 +47,8 @@ class Finished:
 
 class Backend(Protocol):
     """A generation engine seen as events: draws go in, finished completions come out, in-flight draws can be aborted.
-    The trainer's backends (`trl_ada.adapter.backends`) and the step-time benchmark's emulated engine implement it."""
+    The trainer's streaming engines (`trl_ada.adapter.engines`) and the step-time benchmark's emulated engine
+    implement it."""
 
     def submit(self, draws: Sequence[Draw]) -> None:
         """Start generating one completion per draw (`draws` may be empty)."""

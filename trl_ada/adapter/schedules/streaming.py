@@ -13,8 +13,8 @@ import torch
 
 from ...core.advantages import total_reward
 from ...core.engine import Pilot, RefillFn, Request, SamplingResult, sample
+from ..engines.base import TokenBackend
 from ..step_io import GenerationOutput, StepIO
-from .base import TokenBackend
 
 IMAGES_REFUSED = "rollout_schedule='streaming' does not take image prompts yet; use rollout_schedule='rounds'."
 

@@ -1,1 +1,0 @@
-"""Generation backends of the streaming schedule, one module each; see `base.TokenBackend`."""
