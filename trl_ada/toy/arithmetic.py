@@ -33,7 +33,7 @@ SHIPPED_WARM_DIR = pathlib.Path(__file__).resolve().parent.parent / "toy_warm"
 Split = Literal["train", "eval"]
 
 
-def _sample_problem(rng: random.Random, level: int) -> tuple[str, str]:
+def sample_problem(rng: random.Random, level: int) -> tuple[str, str]:
     """Draw one problem ``a op b`` (with a >= b, so answers are never negative) and return (expression, answer).
 
     Level 1: 1-digit op 1-digit; level 2: 2-digit op 1-digit; level 3: 2-digit op 2-digit.
@@ -68,7 +68,7 @@ def _problem_stream(rng: random.Random, levels: Sequence[int], split: Split | No
         raise ValueError("levels must not be empty")
     while True:
         level = rng.choice(levels)
-        expression, answer = _sample_problem(rng, level)
+        expression, answer = sample_problem(rng, level)
         if split is None or problem_split(expression) == split:
             yield expression, answer, level
 

@@ -16,7 +16,7 @@ import torch
 
 from .model import build_toy_model, build_toy_tokenizer
 from .registry import toy_task
-from .threads import _num_threads
+from .threads import num_threads
 from .warmup import _WARMUP_NUM_THREADS, _log
 
 # The shipped warm models are for this seed (each task's ToyTask.shipped_dir).
@@ -110,7 +110,7 @@ def _toy_model_path(
         if warmup:
             stops = spec.warmup_stop or f"accuracy >= {spec.target_accuracy}"
             _log(f"building {target} (supervised warm-up, stops at {stops})")
-            with _num_threads(_WARMUP_NUM_THREADS), torch.random.fork_rng(devices=[]):
+            with num_threads(_WARMUP_NUM_THREADS), torch.random.fork_rng(devices=[]):
                 info |= spec.warmup(model, tokenizer, seed)
             _log(f"warm-up done: {info['steps']} steps, accuracy {info['check_accuracy']:.3f}, {info['seconds']:.0f}s")
 

@@ -9,7 +9,7 @@ import torch
 import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from .arithmetic import _sample_problem
+from .arithmetic import sample_problem
 
 TOY_SYSTEM = None  # no system prompt: shorter prompts, and nothing for the tiny model to attend past
 
@@ -61,7 +61,7 @@ def build_toy_tokenizer() -> transformers.PreTrainedTokenizerFast:
     corpus = []
     for _ in range(400):
         level = rng.choice((1, 2, 3))
-        expression, answer = _sample_problem(rng, level)
+        expression, answer = sample_problem(rng, level)
         corpus.append(f"system\nuser\n{expression}\nassistant\n{answer}\n")
     trainer = trainers.BpeTrainer(
         vocab_size=512,  # an upper bound: the corpus only supports a few merges

@@ -38,7 +38,8 @@ def toy_threads() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def _num_threads(n: int) -> Iterator[None]:
+def num_threads(n: int) -> Iterator[None]:
+    """Run a block on ``n`` torch threads, then restore the caller's count."""
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
