@@ -100,11 +100,9 @@ def test_the_prose_quotes_the_same_ratios():
     assert f"{STEP_TIME['cb-grpo-4']['median_step_s']:.2f} s a step for GRPO n=4, {RATIO['cb-grpo-4']:.2f}x" in doc
     assert f"the same path was {CHECK['ratios']['continuous_batching / Ada streaming']:.2f}x" in doc
     readme = " ".join((ROOT / "README.md").read_text().split("\n## Contents\n")[0].split())
-    # Ada's ratios stand once, in the "When it pays" table's GPU-time column, as steps x step time (tests/test_docs.py
-    # checks its cells).
+    # Ada's measured ratios stand in docs/gpu-check.md (above); README's GPU-time column is projected through the
+    # step-time model fitted to these records (tests/test_docs.py recomputes one of its cells).
     assert f"{RATIO['cb-grpo-4']:.2f}x" in readme
-    for ratio in (RATIO["ada-pos-4x2"], RATIO["ada-bal-8x4"]):
-        assert f" x {ratio:.2f} |" in readme
     gpu = section((ROOT / "benchmarks" / "results" / "gpu" / "README.md").read_text(), "## On a GPU: what has run")
     for run in ("grpo-4", "ada-pos-4x2", "ada-bal-8x4", "cb-grpo-4"):
         assert f"| {RATIO[run]:.2f} |" in gpu
