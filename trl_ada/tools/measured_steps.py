@@ -25,7 +25,7 @@ STEPS_TO_90: dict[tuple[str, str], tuple[float, float, float, str, tuple]] = {
     ("seq-balanced-8x4", "grpo-26"): (0.9564, 0.916, 0.9972, "columns", (0,)),
     ("seq-balanced-8x4", "grpo-4"): (0.6413, 0.5995, 0.6795, "columns", (0,)),
     ("seq-balanced-8x4-weight", "grpo-4"): (0.6298, 0.5922, 0.6655, "columns", (0,)),
-    ("seq-positive-4x2", "grpo-4"): (0.7777, 0.4415, 1.3701, "columns", (0, 1)),
+    ("seq-positive-4x2", "grpo-4"): (0.7806, 0.6834, 0.8916, "columns", (0, 1, 2)),
     ("seq-positive-8x4", "grpo-16"): (1.0334, 0.6829, 1.5637, "columns", (0, 1)),
     ("seq-positive-8x4", "grpo-4"): (0.6199, 0.1568, 2.4515, "columns", (0, 1)),
     ("seq-positive-8x4-weight", "grpo-4"): (0.6733, 0.6217, 0.7305, "columns", (0,)),
