@@ -51,16 +51,12 @@ Run = dict[str, Any]
 class Regime:
     """A record set of the step-time model and the setup its records were made at."""
 
-    record_set: str
-    prompts: int
-    length: int
-    words: str
+    record_set: str  # a key of `step_time_model.RECORD_SETS`
+    prompts: int  # prompts a step
+    length: int  # tokens a completion
 
 
-REGIMES = {
-    "latency": Regime("h200", 16, 256, "latency-bound: 16 prompts x 256 tokens, the H200's records"),
-    "throughput": Regime("paper", 512, 2048, "throughput-bound: 512 prompts x 2,048 tokens, the paper's records"),
-}
+REGIMES = {"latency": Regime("h200", 16, 256), "throughput": Regime("paper", 512, 2048)}
 SHAPES = ("0.5b", "1.5b")
 FITS = {name: stm.fit(stm.RECORD_SETS[regime.record_set]) for name, regime in REGIMES.items()}
 
@@ -70,10 +66,9 @@ def column(regime: str, shape: str) -> str:
     return f"gpu_seconds:{regime}:{shape}"
 
 
-COLUMNS = tuple(column(regime, shape) for regime in REGIMES for shape in SHAPES)
-
-
-def cumulative_work(run: Run, settings: dict[str, Any], checkpoint: dict[str, Any], regime: Regime, shape: str):
+def cumulative_work(
+    run: Run, settings: dict[str, Any], checkpoint: dict[str, Any], regime: Regime, shape: str
+) -> stm.StepWork:
     """The run's work from its start to ``checkpoint``, at the regime's setup, as one `StepWork` (cumulative
     counts: the model is linear in them)."""
     prompts = method_shape(settings, run["key"])[1]
@@ -97,8 +92,9 @@ def with_gpu_seconds(
     settings: dict[str, Any],
     columns: dict[str, tuple[str, str, Sequence[float] | None]] | None = None,
 ) -> list[Run]:
-    """The runs with every checkpoint given its projected cumulative GPU-seconds: in each of `COLUMNS`, or in each
-    field of ``columns`` (field -> regime, shape and the step-time model's parameters, None for the fit's own)."""
+    """The runs with every checkpoint given its projected cumulative GPU-seconds: in each regime and shape's `column`,
+    or in each field of ``columns`` (field -> regime, shape and the step-time model's parameters, None for the fit's
+    own)."""
     wanted = columns or {column(regime, shape): (regime, shape, None) for regime in REGIMES for shape in SHAPES}
     out = []
     for run in runs:
