@@ -35,12 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import paired_stats as ps
 import skill_frames as sf
 from learning_catalog import CATALOG
 from learning_runs import method_shape
-from learning_stats import paired_by_seed
 
 from trl_ada.tools import step_time_model as stm
 
@@ -112,21 +110,14 @@ def with_gpu_seconds(
     return out
 
 
-def _prompt_areas(run: Run, x: str, end: float, samples: int) -> np.ndarray:
-    """Per held-out prompt, the area of its correct-chain rate over ``x`` in [0, end] (held past the last point)."""
-    points = sorted(run["checkpoints"], key=lambda c: (c[x], c["step"]))
-    w = sf.trapezoid_weights([p[x] for p in points], end, hold=True)
-    return w @ (np.array([p["chain_correct"] for p in points], dtype=float) / samples)
-
-
 def area_difference(
     base_runs: Sequence[Run], method_runs: Sequence[Run], x: str, samples: int, strata: Sequence[Sequence[int]]
 ) -> dict[str, Any]:
     """The method's area under the skill curve over ``x`` in [0, S] minus the partner's, S the fewest ``x`` any run
-    reached: `paired_stats.two_way_estimate` over seeds and the prompts in ``strata``."""
-    end = float(min(run["checkpoints"][-1][x] for run in (*base_runs, *method_runs)))
-    base, mine, seeds = paired_by_seed(base_runs, method_runs)
-    rows = np.array([_prompt_areas(mine[s], x, end, samples) - _prompt_areas(base[s], x, end, samples) for s in seeds])
+    reached (`skill_frames`' whole frame on that axis): `paired_stats.two_way_estimate` over seeds and the prompts in
+    ``strata``."""
+    end = sf.frame_end(base_runs, method_runs, "whole", {}, x)
+    _, rows = sf.prompt_differences(base_runs, method_runs, "whole", end, samples, 0, x)
     return ps.two_way_estimate(*sf.restrict(rows, strata)) | {"end": end}
 
 

@@ -122,26 +122,27 @@ def trapezoid_weights(xs: Sequence[float], end: float, hold: bool = False) -> np
     return w / end
 
 
-def _curve_points(run: Run, frame: str, grid_size: int) -> list[dict[str, Any]]:
-    """The checkpoints a frame reads: the shared grid's token frame for ``budget``; every checkpoint, by tokens, for
-    ``whole``."""
+def _curve_points(run: Run, frame: str, grid_size: int, x: str = "tokens") -> list[dict[str, Any]]:
+    """The checkpoints a frame reads: the shared grid's token frame for ``budget``; every checkpoint, by ``x``
+    (tokens, or another cumulative field such as `gpu_time`'s GPU-seconds), for ``whole``."""
     if frame == "budget":
         return frame_points(run, "tokens", grid_size)
     if frame == "whole":
-        return sorted(run["checkpoints"], key=lambda c: (c["tokens"], c["step"]))
+        return sorted(run["checkpoints"], key=lambda c: (c[x], c["step"]))
     raise ValueError(f"frame {frame!r}: expected budget or whole")
 
 
-def prompt_values(run: Run, frame: str, end: float, samples: int, grid_size: int) -> np.ndarray:
+def prompt_values(run: Run, frame: str, end: float, samples: int, grid_size: int, x: str = "tokens") -> np.ndarray:
     """One run's per-prompt value in ``frame``: the area of its correct-chain rate over tokens [0, ``end``] (budget,
-    whole), or its correct-chain rate at step ``end`` in GRPO n=4's steps (equal_steps, held past its last step)."""
+    whole; over ``x`` for whole), or its correct-chain rate at step ``end`` in GRPO n=4's steps (equal_steps, held
+    past its last step)."""
     if frame == "equal_steps":
         points = frame_points(run, "steps")
         xs = [p["step"] / run.get("step_scale", 1) for p in points]
         w = _value_weights(xs, end)
     else:
-        points = _curve_points(run, frame, grid_size)
-        w = trapezoid_weights([p["tokens"] for p in points], end, hold=True)
+        points = _curve_points(run, frame, grid_size, x)
+        w = trapezoid_weights([p[x if frame == "whole" else "tokens"] for p in points], end, hold=True)
     counts = np.array([p["chain_correct"] for p in points], dtype=float) / samples
     return w @ counts
 
@@ -160,23 +161,33 @@ def _value_weights(xs: Sequence[float], x: float) -> np.ndarray:
     return w
 
 
-def frame_end(base_runs: Sequence[Run], method_runs: Sequence[Run], frame: str, grid: dict[str, list[float]]) -> float:
-    """B (budget), T (whole: the fewest tokens any run of either method reached at its last checkpoint) or the
-    partner's last grid step (equal_steps)."""
+def frame_end(
+    base_runs: Sequence[Run], method_runs: Sequence[Run], frame: str, grid: dict[str, list[float]], x: str = "tokens"
+) -> float:
+    """B (budget), T (whole: the fewest tokens, or ``x``, any run of either method reached at its last checkpoint)
+    or the partner's last grid step (equal_steps)."""
     if frame == "budget":
         return float(grid["tokens"][-1])
     if frame == "whole":
-        return float(min(run["checkpoints"][-1]["tokens"] for run in (*base_runs, *method_runs)))
+        return float(min(run["checkpoints"][-1][x] for run in (*base_runs, *method_runs)))
     return float(grid["steps"][-1])
 
 
 def prompt_differences(
-    base_runs: Sequence[Run], method_runs: Sequence[Run], frame: str, end: float, samples: int, grid_size: int
+    base_runs: Sequence[Run],
+    method_runs: Sequence[Run],
+    frame: str,
+    end: float,
+    samples: int,
+    grid_size: int,
+    x: str = "tokens",
 ) -> tuple[list[int], np.ndarray]:
-    """The seeds both ran, and per seed (row) and held-out prompt (column) the method's value minus the partner's."""
+    """The seeds both ran, and per seed (row) and held-out prompt (column) the method's value minus the partner's
+    (`prompt_values`; ``x`` the whole frame's axis)."""
     base, mine, seeds = paired_by_seed(base_runs, method_runs)
     rows = [
-        prompt_values(mine[s], frame, end, samples, grid_size) - prompt_values(base[s], frame, end, samples, grid_size)
+        prompt_values(mine[s], frame, end, samples, grid_size, x)
+        - prompt_values(base[s], frame, end, samples, grid_size, x)
         for s in seeds
     ]
     return seeds, np.array(rows)
