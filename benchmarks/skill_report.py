@@ -35,6 +35,7 @@ REPORTS = (
     "learning_per_token_columns_warm2_recommended.json",
     "learning_per_token_columns_epochs_est.json",
     "learning_per_token_columns_epochs_warm1_est.json",
+    "learning_per_token_columns_epochs_warm2_memory.json",
 )
 # The pre-registered family: (id, method, partner, task, frame of its test). Measure: the skill.
 PRIMARY = (

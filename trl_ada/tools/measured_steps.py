@@ -20,7 +20,7 @@ STEPS_TO_90: dict[tuple[str, str], tuple[float, float, float, str, tuple]] = {
     ("grpo-4-pilot", "grpo-4"): (1.1463, 1.0313, 1.3619, "columns-epochs", (0,)),
     ("grpo-4-select", "grpo-4"): (1.0427, 0.9425, 1.3018, "columns-epochs", (0,)),
     ("grpo-8", "grpo-4"): (0.6712, 0.4037, 1.1161, "columns-epochs", (0, 1)),
-    ("memory-2", "grpo-4"): (0.8542, 0.5056, 1.4431, "columns-epochs", (0, 1)),
+    ("memory-2", "grpo-4"): (0.8409, 0.7233, 0.9775, "columns-epochs", (0, 1, 2)),
     ("seq-balanced-8x4", "grpo-16"): (0.9136, 0.8437, 0.9808, "columns", (0,)),
     ("seq-balanced-8x4", "grpo-26"): (0.9564, 0.916, 0.9972, "columns", (0,)),
     ("seq-balanced-8x4", "grpo-4"): (0.6413, 0.5995, 0.6795, "columns", (0,)),
