@@ -141,8 +141,9 @@ def prompt_values(run: Run, frame: str, end: float, samples: int, grid_size: int
         xs = [p["step"] / run.get("step_scale", 1) for p in points]
         w = _value_weights(xs, end)
     else:
-        points = _curve_points(run, frame, grid_size, x)
-        w = trapezoid_weights([p[x if frame == "whole" else "tokens"] for p in points], end, hold=True)
+        axis = x if frame == "whole" else "tokens"  # the budget frame is read on the shared token grid
+        points = _curve_points(run, frame, grid_size, axis)
+        w = trapezoid_weights([p[axis] for p in points], end, hold=True)
     counts = np.array([p["chain_correct"] for p in points], dtype=float) / samples
     return w @ counts
 
