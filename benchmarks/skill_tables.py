@@ -134,6 +134,7 @@ def claims_table(result: dict[str, Any]) -> str:
 # named by its catalog key. The per-token frame is GRPO n=4's budget against GRPO n=4, else the whole runs.
 WHEN_IT_PAYS: tuple[tuple[str, str, str, str], ...] = (
     (BASELINE, "seq-positive-4x2", "columns", "budget"),
+    (BASELINE, "memory-4", "columns-epochs", "budget"),
     (BASELINE, "memory-2", "columns-epochs", "budget"),
     (BASELINE, "est-8", "columns-epochs", "budget"),
     (BASELINE, "seq-positive-8x4", "columns", "budget"),
@@ -145,11 +146,12 @@ WHEN_IT_PAYS: tuple[tuple[str, str, str, str], ...] = (
 # What each configuration is, after its name (its catalog key, docs/names.md) where it first appears.
 CONFIGURATIONS = {
     "seq-positive-4x2": "Seq in rounds of 4, at most 2, exit rule positive (a prompt stops at its first right answer)",
-    "memory-2": (
-        "groups of 2 over twice the prompts a step, each completion's advantage its reward minus its prompt's pass "
-        'rate remembered from earlier visits (`advantage_baseline="memory"`, `pass_rate_decay=0.7`); measured where '
-        "prompts recur (`columns-epochs`, where GRPO n=4 visits each prompt 4 times and it 8 times)"
+    "memory-4": (
+        "your batch, each completion's advantage its reward minus its prompt's pass rate remembered from earlier "
+        'visits instead of the group mean (`advantage_baseline="memory"`, `pass_rate_decay=0.7`); measured where '
+        "prompts recur (`columns-epochs`: each prompt visited 4 times)"
     ),
+    "memory-2": "the same baseline in groups of 2 over twice the prompts a step (each prompt visited 8 times)",
     "est-8": (
         "Reinforce-Ada-Est: one generation call, 8 samples per prompt on average split by 1/sqrt(p) of each prompt's "
         "remembered pass rate p, advantages weighted by 1/sqrt(p); measured over four passes (`columns-epochs`)"

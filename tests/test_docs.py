@@ -294,6 +294,7 @@ FIRST_SCREEN_LINES = 60  # what a reader sees before scrolling much: the table m
 # (the group a user runs today, the configuration) of each "When it pays" row, in order
 WHEN_IT_PAYS_ROWS = (
     ("`grpo-4`", "`seq-positive-4x2`"),
+    ("`grpo-4`", "`memory-4`"),
     ("`grpo-4`", "`memory-2`"),
     ("`grpo-4`", "`est-8`"),
     ("`grpo-4`", "`seq-positive-8x4`"),
@@ -429,8 +430,11 @@ def test_the_when_it_pays_configurations_are_the_catalog_s():
         "advantage_baseline": "memory",
         "pass_rate_decay": 0.7,
     }
-    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["`memory-2`"]
-    assert "twice the prompts" in by_name["`memory-2`"]
+    assert catalog_settings("memory-4") == catalog_settings("memory-2") | {"num_generations": 4}
+    assert '`advantage_baseline="memory"`, `pass_rate_decay=0.7`' in by_name["`memory-4`"]
+    assert "your batch" in by_name["`memory-4`"] and "memory-4" not in learning_catalog().PROMPTS_FACTOR
+    # memory-2 is defined after memory-4, as the same baseline at another batch shape.
+    assert "the same baseline" in by_name["`memory-2`"] and "twice the prompts" in by_name["`memory-2`"]
     assert learning_catalog().PROMPTS_FACTOR["memory-2"] == 2
     assert "four passes" in by_name["`est-8`"] and "`columns-epochs`" in by_name["`est-8`"]
     assert catalog_settings("seq-balanced-8x4") == {"num_generations": 4, "sampling_strategy": "balanced"}
