@@ -168,8 +168,11 @@ def gpu_readings(
 def pooled_ratio(ratios: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Ratios of several warm models ({"ratio", "ci"} each, a bootstrap interval) pooled on the log scale
     (`paired_stats.random_effects`, each standard error read off its interval: its width / 3.92); one warm model's
-    own as it is; None where any ratio or interval is unresolved (never reached, or an infinite end)."""
-    if not all(r["ratio"] is not None and r["ci"] is not None and math.isfinite(r["ci"][1]) for r in ratios):
+    own as it is; None where any ratio or interval is unresolved (never reached: a ratio or an interval's end None,
+    as `learning_stats.percentile_interval` writes it, or infinite)."""
+    if not all(r["ratio"] is not None and r["ci"] is not None and None not in r["ci"] for r in ratios):
+        return None
+    if not all(math.isfinite(end) for r in ratios for end in r["ci"]):
         return None
     if len(ratios) == 1:
         return {"ratio": ratios[0]["ratio"], "ci": list(ratios[0]["ci"])}

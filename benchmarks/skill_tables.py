@@ -176,9 +176,30 @@ def gpu_ratio_cell(found: dict[str, Any] | None, key: str) -> str:
     if gpu is None:
         return "not run yet"
     if gpu["ratio_90"] is None:
-        return "not reached"
+        return unpooled_ratio_text(found, key)
     ratio = gpu["ratio_90"]
     return f"{ratio['ratio']:.2f}x [{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}]"
+
+
+def unpooled_ratio_text(found: dict[str, Any], key: str) -> str:
+    """Why the 90% GPU-time ratio has no pooled value (`gpu_time.pooled_ratio`), in words a reader cannot take for
+    another: the warm models where the method never reached the target, or, where every warm model reached it but an
+    interval has no upper end (its resamples did not all reach it), each warm model's own ratio and interval."""
+    per_warm = {warm: w["gpu"][key]["ratios"]["gpu_to_90"] for warm, w in found["per_warm"].items()}
+    never = [warm for warm, ratio in per_warm.items() if ratio["ratio"] is None]
+    reached = {warm: ratio for warm, ratio in per_warm.items() if ratio["ratio"] is not None}
+
+    def own(ratio: dict[str, Any]) -> str:
+        if ratio["ci"] is None:
+            return f"{ratio['ratio']:.2f}x [unresolved]"
+        low, high = ("inf" if end is None else f"{end:.2f}" for end in ratio["ci"])
+        return f"{ratio['ratio']:.2f}x [{low}, {high}]"
+
+    readings = " and ".join(f"{own(ratio)} on {warm}" for warm, ratio in reached.items())
+    if never:
+        label = "warm models" if len(never) > 1 else "warm model"
+        return f"not reached on {label} {', '.join(never)}" + (f" ({readings})" if readings else "")
+    return f"not pooled, an interval open: {readings}"
 
 
 def gpu_pair_cell(found: dict[str, Any] | None) -> str:

@@ -118,6 +118,34 @@ def test_pooled_ratio_is_the_geometric_mean_of_equally_certain_warm_models():
     assert pooled["ratio"] == pytest.approx(1.0)
     assert pooled["ci"][0] < 0.8 and pooled["ci"][1] > 1.25  # the two disagree beyond their intervals: tau^2 > 0
     unresolved = reading(0.8)
-    unresolved["latency:0.5b"]["ratios"]["gpu_to_90"]["ci"] = [0.7, math.inf]
-    assert gt.pooled([unresolved, reading(1.0)])["latency:0.5b"]["ratio_90"] is None
+    for never_reached in ([0.7, math.inf], [0.7, None]):  # None: the end as `percentile_interval` writes it
+        unresolved["latency:0.5b"]["ratios"]["gpu_to_90"]["ci"] = never_reached
+        assert gt.pooled([unresolved, reading(1.0)])["latency:0.5b"]["ratio_90"] is None
+        assert gt.pooled([unresolved])["latency:0.5b"]["ratio_90"] is None
     assert np.isfinite(gt.pooled([reading(0.8), reading(1.0)])["latency:0.5b"]["ratio_90"]["ci"]).all()
+
+
+def test_a_ratio_that_cannot_be_pooled_says_why_in_the_tables():
+    """A pooled GPU-time cell with no pooled value says which warm model never reached the target, or, where each
+    reached it, each warm model's own ratio with its open end written inf: never "not reached" for a ratio that was."""
+    import skill_tables
+
+    def found(*ratios):
+        per_warm = {
+            str(warm): {"gpu": {"latency:0.5b": {"ratios": {"gpu_to_90": ratio}}}}
+            for warm, ratio in enumerate(ratios, 1)
+        }
+        return {"per_warm": per_warm, "pooled_gpu": {"latency:0.5b": {"ratio_90": None}}}
+
+    open_end = {"ratio": 1.06, "ci": [0.9, None]}
+    closed = {"ratio": 1.04, "ci": [0.85, 1.48]}
+    never = {"ratio": None, "ci": None}
+    assert (
+        skill_tables.gpu_ratio_cell(found(open_end, closed), "latency:0.5b")
+        == "not pooled, an interval open: 1.06x [0.90, inf] on 1 and 1.04x [0.85, 1.48] on 2"
+    )
+    assert (
+        skill_tables.gpu_ratio_cell(found(never, closed), "latency:0.5b")
+        == "not reached on warm model 1 (1.04x [0.85, 1.48] on 2)"
+    )
+    assert skill_tables.gpu_ratio_cell(found(never, never), "latency:0.5b") == "not reached on warm models 1, 2"
