@@ -14,6 +14,7 @@ from typing import Any
 
 import paired_stats as ps
 from learning_catalog import BASELINE
+from learning_report import interval_text
 
 # (claim, method, partner, task, frame): one row each, in the order the table shows them.
 CLAIMS: tuple[tuple[str, str, str, str, str], ...] = (
@@ -189,13 +190,10 @@ def unpooled_ratio_text(found: dict[str, Any], key: str) -> str:
     never = [warm for warm, ratio in per_warm.items() if ratio["ratio"] is None]
     reached = {warm: ratio for warm, ratio in per_warm.items() if ratio["ratio"] is not None}
 
-    def own(ratio: dict[str, Any]) -> str:
-        if ratio["ci"] is None:
-            return f"{ratio['ratio']:.2f}x [unresolved]"
-        low, high = ("inf" if end is None else f"{end:.2f}" for end in ratio["ci"])
-        return f"{ratio['ratio']:.2f}x [{low}, {high}]"
-
-    readings = " and ".join(f"{own(ratio)} on {warm}" for warm, ratio in reached.items())
+    readings = " and ".join(
+        f"{ratio['ratio']:.2f}x{interval_text(ratio['ci'], '{:.2f}') or ' [unresolved]'} on {warm}"
+        for warm, ratio in reached.items()
+    )
     if never:
         label = "warm models" if len(never) > 1 else "warm model"
         return f"not reached on {label} {', '.join(never)}" + (f" ({readings})" if readings else "")
