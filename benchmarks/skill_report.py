@@ -34,6 +34,7 @@ REPORTS = (
     "learning_per_token_columns_warm1_recommended.json",
     "learning_per_token_columns_warm1_all.json",
     "learning_per_token_columns_warm2_recommended.json",
+    "learning_per_token_columns_warm2_all.json",
     "learning_per_token_columns_epochs_est.json",
     "learning_per_token_columns_epochs_warm1_memory.json",
     "learning_per_token_columns_epochs_warm1_est.json",
