@@ -367,6 +367,23 @@ def test_the_when_it_pays_and_claims_tables_are_the_skill_reports_own():
         assert all(len(w["seeds"]) == 10 for w in row["per_warm"].values()), (row["method"], row["partner"])
 
 
+def test_every_method_in_the_skill_tables_has_a_reproduced_verify_record():
+    """Each configuration the claims table and "When it pays" read has had one seed trained again by `--verify`
+    and matched its report checkpoint for checkpoint (a record `*_verify_seed0.json` next to the reports, under its
+    name or the older one it ran under)."""
+    renamed = learning_catalog().RENAMED
+    reproduced = set()
+    for path in (RESULTS / "columns").glob("*verify*.json"):
+        record = json.loads(path.read_text())
+        assert "--verify" in record["command"], path.name
+        for run in record["verified"]:
+            if run["reproduced"] and run["checkpoints"] > 0 and run["first_difference"] is None:
+                reproduced.add(renamed.get(run["key"], run["key"]))
+    result = json.loads(SKILL_VERDICTS.read_text())
+    read = {row[side] for row in result["comparisons"] for side in ("method", "partner")}
+    assert read - reproduced == set()
+
+
 def test_a_projected_gpu_time_is_recomputed_from_the_report_by_hand():
     """One GPU-time ratio of skill_verdicts.json recomputed here from the raw report, without the benchmark code:
     `seq-positive-4x2` against `grpo-4` on the shipped warm model, latency-bound (the H200 fit): each checkpoint's
