@@ -371,14 +371,14 @@ def test_every_method_in_the_skill_tables_has_a_reproduced_verify_record():
     """Each configuration the claims table and "When it pays" read has had one seed trained again by `--verify`
     and matched its report checkpoint for checkpoint (a record `*_verify_seed0.json` next to the reports, under its
     name or the older one it ran under)."""
-    renamed = learning_catalog().RENAMED
+    current_key = learning_catalog().current_key
     reproduced = set()
     for path in (RESULTS / "columns").glob("*verify*.json"):
         record = json.loads(path.read_text())
         assert "--verify" in record["command"], path.name
         for run in record["verified"]:
             if run["reproduced"] and run["checkpoints"] > 0 and run["first_difference"] is None:
-                reproduced.add(renamed.get(run["key"], run["key"]))
+                reproduced.add(current_key(run["key"]))
     result = json.loads(SKILL_VERDICTS.read_text())
     read = {row[side] for row in result["comparisons"] for side in ("method", "partner")}
     assert read - reproduced == set()
